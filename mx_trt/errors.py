@@ -1,0 +1,42 @@
+"""Typed errors raised by mx_trt. All derive from :class:`MxTrtError`."""
+from __future__ import annotations
+
+
+class MxTrtError(RuntimeError):
+    """Base class of every error mx_trt raises on purpose."""
+
+
+class UnsupportedOpError(MxTrtError):
+    """An operator has no converter, or its attributes/shapes are not supported."""
+
+
+class ConversionError(MxTrtError):
+    """Converting an MXNet node to ONNX failed (bad attributes, unexpected shapes)."""
+
+
+class MissingWeightError(MxTrtError):
+    """A weight needed by an engine is missing from ``shared_buffer``."""
+
+
+class ShapeError(MxTrtError):
+    """A shape given at bind or run time does not fit the graph or the engine."""
+
+
+class EngineBuildError(MxTrtError):
+    """A backend failed to build an engine from an exported subgraph."""
+
+
+class EngineRunError(MxTrtError):
+    """An engine failed while running."""
+
+
+class BackendUnavailableError(MxTrtError):
+    """The requested backend is not installed or cannot run on this context."""
+
+
+class ParamMismatchError(MxTrtError):
+    """``copy_params_from`` got a value different from the one baked into an engine."""
+
+
+class CacheError(MxTrtError):
+    """A cache entry could not be read or written."""

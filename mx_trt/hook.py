@@ -1,0 +1,129 @@
+"""The bind hook: ``Symbol.simple_bind`` runs the TensorRT pass when the environment asks.
+
+The environment is read at every bind (the design's promise), so one process can
+bind the same symbol with the pass on, off and on again. Off or unset, MXNet's
+own ``simple_bind`` runs untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Any, Iterator, Optional
+
+logger = logging.getLogger(__name__)
+
+#: Spellings accepted for the switch; the first one set wins.
+ENV_SWITCH = ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT")
+
+_local = threading.local()
+_patched = False
+_lock = threading.Lock()
+_original_simple_bind: Optional[Any] = None
+_original_copy_params: Optional[Any] = None
+
+
+def env_enabled() -> bool:
+    """True when ``MXNET_USE_TENSORRT`` (or the design's ``MXNet_USE_TENSORRT``) is on.
+
+    ``1``/``true``/``yes``/``on`` mean on; ``0``, empty or unset mean off. Any
+    other value is off, with a warning.
+    """
+    for name in ENV_SWITCH:
+        raw = os.environ.get(name)
+        if raw is None:
+            continue
+        v = raw.strip().lower()
+        if v in ("1", "true", "yes", "on"):
+            return True
+        if v not in ("0", "false", "no", "off", ""):
+            logger.warning("%s=%r is not understood; TensorRT pass is off (use 1 or 0)", name, raw)
+        return False
+    return False
+
+
+def pass_enabled() -> bool:
+    """The effective switch: the environment, unless a :func:`disabled`/:func:`forced` block overrides it."""
+    forced = getattr(_local, "forced", None)
+    if forced is not None:
+        return bool(forced)
+    return env_enabled()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Bind natively inside this block, whatever the environment says (this thread only)."""
+    prev = getattr(_local, "forced", None)
+    _local.forced = False
+    try:
+        yield
+    finally:
+        _local.forced = prev
+
+
+@contextlib.contextmanager
+def forced() -> Iterator[None]:
+    """Run the pass inside this block, whatever the environment says (this thread only)."""
+    prev = getattr(_local, "forced", None)
+    _local.forced = True
+    try:
+        yield
+    finally:
+        _local.forced = prev
+
+
+def original_simple_bind() -> Any:
+    """MXNet's own ``Symbol.simple_bind`` (installs the hook if needed)."""
+    install()
+    assert _original_simple_bind is not None
+    return _original_simple_bind
+
+
+def install() -> None:
+    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once.
+
+    Idempotent and thread-safe. Imports mxnet.
+    """
+    global _patched, _original_simple_bind, _original_copy_params
+    if _patched:
+        return
+    with _lock:
+        if _patched:
+            return
+        import mxnet as mx
+
+        sym_cls = mx.symbol.Symbol
+        exe_cls = mx.executor.Executor
+        _original_simple_bind = sym_cls.simple_bind
+        _original_copy_params = exe_cls.copy_params_from
+
+        def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
+                        group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
+                        shared_buffer: Any = None, **kwargs: Any) -> Any:
+            if pass_enabled():
+                from .bind import accelerated_simple_bind
+
+                return accelerated_simple_bind(
+                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+            return _original_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
+                                         group2ctx=group2ctx, shared_arg_names=shared_arg_names,
+                                         shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+
+        simple_bind.__doc__ = _original_simple_bind.__doc__
+        simple_bind.__wrapped__ = _original_simple_bind  # type: ignore[attr-defined]
+
+        def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None, allow_extra_params: bool = False) -> Any:
+            info = getattr(self, "_mx_trt", None)
+            if info is not None:
+                arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
+            return _original_copy_params(self, arg_params, aux_params, allow_extra_params)
+
+        copy_params_from.__doc__ = _original_copy_params.__doc__
+        copy_params_from.__wrapped__ = _original_copy_params  # type: ignore[attr-defined]
+
+        sym_cls.simple_bind = simple_bind
+        exe_cls.copy_params_from = copy_params_from
+        _patched = True
+        logger.debug("mx_trt: Symbol.simple_bind hooked")

@@ -1,0 +1,258 @@
+"""Export a subgraph of the IR to an ONNX model with the converter registry.
+
+Weights become initializers, never graph inputs. Models whose initializers pass
+protobuf's 2 GB limit are written with ONNX external data by :func:`save_model`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+
+import numpy as np
+
+from passes.ir import Entry, Graph
+
+from .converters.registry import ConvContext, OpSpec, lookup
+from .errors import ConversionError, MissingWeightError, UnsupportedOpError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPSET = 17
+#: Above this many bytes of initializers, models are saved with external data.
+EXTERNAL_DATA_THRESHOLD = int(os.environ.get("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", str(1 << 30)))
+
+
+def entry_name(graph: Graph, e: Entry) -> str:
+    """The tensor name of an entry: a variable's own name, else ``<node>_output<k>``."""
+    node = graph.nodes[e.node]
+    if node.is_variable:
+        return node.name
+    return f"{node.name}_output{e.index}" if node.num_outputs > 1 else f"{node.name}_output"
+
+
+def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any]) -> OpSpec:
+    """Build the :class:`OpSpec` of node ``nid`` from the graph's inferred shapes/dtypes.
+
+    Args:
+        graph: The graph, with ``shapes`` and ``dtypes`` filled.
+        nid: An operator node.
+        const_vars: Names of variables whose values are known at bind time.
+    """
+    node = graph.nodes[nid]
+    outs = [Entry(nid, k) for k in range(node.num_outputs)]
+    const_idx = frozenset(
+        i for i, e in enumerate(node.inputs) if graph.nodes[e.node].is_variable and graph.nodes[e.node].name in const_vars
+    )
+    return OpSpec(
+        name=node.name,
+        op=node.op,
+        attrs=dict(node.attrs),
+        in_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in node.inputs),  # type: ignore[misc]
+        in_dtypes=tuple(graph.dtypes.get(e, "float32") for e in node.inputs),
+        out_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in outs),  # type: ignore[misc]
+        out_dtypes=tuple(graph.dtypes.get(e, "float32") for e in outs),
+        const_inputs=const_idx,
+    )
+
+
+@dataclass
+class ExportedSubgraph:
+    """An ONNX model for one subgraph and how it maps back to MXNet.
+
+    Attributes:
+        model: The ONNX model (initializers inline).
+        input_names: ONNX input names, in the order of the fused node's inputs.
+        output_names: ONNX output names, in the order of the fused node's outputs.
+        origin: ONNX node name -> MXNet node name, for error messages.
+        weight_bytes: Bytes of initializers.
+    """
+
+    model: Any
+    input_names: List[str]
+    output_names: List[str]
+    origin: Dict[str, str] = field(default_factory=dict)
+    weight_bytes: int = 0
+
+
+def _np_to_onnx_dtype(dtype: Any) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def export_subgraph(
+    graph: Graph,
+    node_ids: Sequence[int],
+    inputs: Sequence[Entry],
+    outputs: Sequence[Entry],
+    weights: Mapping[str, np.ndarray],
+    *,
+    name: str = "mx_trt_subgraph",
+    opset: int = DEFAULT_OPSET,
+    dynamic_batch: Optional[str] = None,
+) -> ExportedSubgraph:
+    """Convert the nodes ``node_ids`` of ``graph`` to one ONNX model.
+
+    Args:
+        graph: The whole graph with inferred shapes and dtypes.
+        node_ids: The subgraph's operator nodes (any order; emitted topologically).
+        inputs: Entries produced outside the subgraph and consumed inside, in the
+            fused node's input order. Weight variables are not among them.
+        outputs: Entries produced inside and used outside (or graph outputs).
+        weights: Bind-time values of weight variables, by name.
+        name: The ONNX graph name.
+        opset: ONNX opset.
+        dynamic_batch: If set, dimension 0 of every input and output is the named
+            dimension ``dynamic_batch`` instead of a fixed size.
+
+    Returns:
+        The :class:`ExportedSubgraph`.
+
+    Raises:
+        UnsupportedOpError: a node has no converter.
+        MissingWeightError: a variable consumed inside is neither an input nor a weight.
+        ConversionError: a converter failed; the message names the MXNet node.
+
+    Complexity: O(nodes + edges) plus the converters' own work.
+    """
+    from onnx import TensorProto, checker, helper, numpy_helper  # noqa: F401
+
+    members: Set[int] = set(node_ids)
+    order = sorted(members)
+    input_set = set(inputs)
+    nodes_out: List[Any] = []
+    inits: Dict[str, Any] = {}
+    origin: Dict[str, str] = {}
+    used_names: Set[str] = set()
+    weight_bytes = 0
+
+    def unique(base: str) -> str:
+        cand = base
+        k = 1
+        while cand in used_names:
+            cand = f"{base}_{k}"
+            k += 1
+        used_names.add(cand)
+        return cand
+
+    in_names = [entry_name(graph, e) for e in inputs]
+    for n in in_names:
+        used_names.add(n)
+
+    def add_const(arr: np.ndarray, nm: str) -> str:
+        nonlocal weight_bytes
+        inits[nm] = numpy_helper.from_array(np.ascontiguousarray(arr), nm)
+        weight_bytes += arr.nbytes
+        return nm
+
+    # Weight variables consumed by the subgraph become initializers.
+    for nid in order:
+        node = graph.nodes[nid]
+        for e in node.inputs:
+            src = graph.nodes[e.node]
+            if e in input_set or e.node in members:
+                continue
+            if not src.is_variable:
+                raise ConversionError(f"subgraph {name}: node {node.name!r} consumes {src.name!r} which is neither inside nor an input")
+            if src.name not in weights:
+                raise MissingWeightError(
+                    f"subgraph {name}: variable {src.name!r} (used by {node.name!r}) is not an input and has no value in shared_buffer"
+                )
+            if src.name not in inits:
+                used_names.add(src.name)
+                add_const(np.asarray(weights[src.name]), src.name)
+
+    const_values_by_name = {k: np.asarray(weights[k]) for k in inits}
+    for nid in order:
+        node = graph.nodes[nid]
+        entry = lookup(node.op)
+        if entry is None:
+            raise UnsupportedOpError(f"subgraph {name}: no converter for {node.op} (node {node.name!r})")
+        spec = op_spec(graph, nid, const_values_by_name)
+        in_t = [entry_name(graph, e) for e in node.inputs]
+        out_t = [entry_name(graph, Entry(nid, k)) for k in range(node.num_outputs)]
+        for t in out_t:
+            used_names.add(t)
+        consts = {i: const_values_by_name[in_t[i]] for i in spec.const_inputs if in_t[i] in const_values_by_name}
+        counter = [0]
+
+        def add_node(op_type: str, ins: Sequence[str], outs: Sequence[str], attrs: Dict[str, Any], _node=node, _counter=counter) -> None:
+            onnx_name = f"{_node.name}/{op_type}_{_counter[0]}"
+            _counter[0] += 1
+            clean = {k: v for k, v in attrs.items() if v is not None}
+            tensor_attrs = {k: numpy_helper.from_array(np.asarray(v)) for k, v in clean.items() if isinstance(v, np.ndarray)}
+            clean.update(tensor_attrs)
+            nodes_out.append(helper.make_node(op_type, list(ins), list(outs), name=onnx_name, doc_string=_node.name, **clean))
+            origin[onnx_name] = _node.name
+
+        ctx = ConvContext(spec, in_t, out_t, opset, add_node, add_const, unique, consts)
+        try:
+            entry.converter(ctx)
+        except ConversionError as exc:
+            logger.error("converting %s node %r failed: %s", node.op, node.name, exc)
+            raise ConversionError(f"{node.op} node {node.name!r}: {exc}") from exc
+        except Exception as exc:  # a converter bug must name the node
+            logger.error("converting %s node %r failed: %r", node.op, node.name, exc)
+            raise ConversionError(f"{node.op} node {node.name!r}: {type(exc).__name__}: {exc}") from exc
+
+    def vinfo(nm: str, e: Entry) -> Any:
+        shape: List[Any] = list(graph.shapes[e])
+        if dynamic_batch and shape:
+            shape[0] = dynamic_batch
+        return helper.make_tensor_value_info(nm, _np_to_onnx_dtype(graph.dtypes.get(e, "float32")), shape)
+
+    g_inputs = [vinfo(n, e) for n, e in zip(in_names, inputs)]
+    out_names: List[str] = []
+    seen_out: Set[str] = set()
+    for e in outputs:
+        t = entry_name(graph, e)
+        if t in seen_out or t in in_names:
+            # An ONNX graph output must be a distinct tensor produced inside.
+            alias = unique(f"{t}__out")
+            nodes_out.append(helper.make_node("Identity", [t], [alias], name=f"{alias}/Identity"))
+            origin[f"{alias}/Identity"] = graph.nodes[e.node].name
+            t = alias
+        seen_out.add(t)
+        out_names.append(t)
+    g_outputs = [vinfo(n, e) for n, e in zip(out_names, outputs)]
+
+    g = helper.make_graph(nodes_out, name, g_inputs, g_outputs, initializer=list(inits.values()))
+    model = helper.make_model(
+        g,
+        producer_name="mx_trt",
+        opset_imports=[helper.make_opsetid("", opset)],
+    )
+    model.ir_version = min(model.ir_version, 9)
+    return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin, weight_bytes=weight_bytes)
+
+
+def save_model(model: Any, path: str, *, external_threshold: int = EXTERNAL_DATA_THRESHOLD) -> str:
+    """Write ``model`` to ``path``; initializers go to external data past the threshold.
+
+    Protobuf cannot serialize a message over 2 GB, so large subgraphs keep their
+    weights in ``<path>.data`` beside the model. Returns ``path``.
+    """
+    import onnx
+
+    total = sum(int(np.prod(t.dims)) * _itemsize(t.data_type) for t in model.graph.initializer)
+    if total > external_threshold:
+        logger.info("writing %s with %.1f MB of weights as external data", path, total / 1e6)
+        onnx.save_model(
+            model,
+            path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=os.path.basename(path) + ".data",
+            size_threshold=1024,
+        )
+    else:
+        onnx.save_model(model, path)
+    return path
+
+
+def _itemsize(onnx_dtype: int) -> int:
+    from onnx import helper
+
+    return int(np.dtype(helper.tensor_dtype_to_np_dtype(onnx_dtype)).itemsize)

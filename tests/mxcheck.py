@@ -1,0 +1,113 @@
+"""Shared helpers: run a symbol natively in MXNet and through the ONNX export, and compare.
+
+Tolerances per precision (stated once, used everywhere):
+
+* fp32: ``rtol=1e-4, atol=1e-5`` for single ops; whole models use :data:`MODEL_TOL`.
+* fp16: ``rtol=1e-2, atol=1e-2``.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+OP_TOL = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}
+#: Whole models accumulate rounding over ~50 layers: relative to the output range.
+MODEL_TOL = {"float32": (1e-3, 1e-4)}
+
+
+def random_params(sym, shapes: Mapping[str, Tuple[int, ...]], seed: int = 0, dtype: str = "float32"):
+    """Seeded random values for every argument and aux state not in ``shapes``.
+
+    Variance-like aux states (``*_var``, ``*moving_var``) are positive.
+    """
+    import mxnet as mx
+
+    rng = np.random.RandomState(seed)
+    arg_shapes, _, aux_shapes = sym.infer_shape(**shapes)
+    args = {}
+    for name, s in zip(sym.list_arguments(), arg_shapes):
+        if name in shapes:
+            continue
+        args[name] = mx.nd.array(rng.uniform(-1, 1, s), dtype=dtype)
+    aux = {}
+    for name, s in zip(sym.list_auxiliary_states(), aux_shapes):
+        v = rng.uniform(0.5, 1.5, s) if "var" in name else rng.uniform(-0.5, 0.5, s)
+        aux[name] = mx.nd.array(v, dtype=dtype)
+    return args, aux
+
+
+def random_inputs(shapes: Mapping[str, Tuple[int, ...]], seed: int = 1, dtype: str = "float32") -> Dict[str, np.ndarray]:
+    rng = np.random.RandomState(seed)
+    return {k: rng.uniform(-1, 1, s).astype(dtype) for k, s in shapes.items()}
+
+
+def run_native(sym, shapes, args, aux, inputs, ctx=None) -> Sequence[np.ndarray]:
+    """Bind natively (the pass forced off) and run one inference forward."""
+    import mxnet as mx
+
+    from mx_trt import hook
+
+    ctx = ctx or mx.cpu()
+    with hook.disabled():
+        exe = sym.simple_bind(ctx, grad_req="null", **shapes)
+    exe.copy_params_from(args, aux, allow_extra_params=True)
+    for k, v in inputs.items():
+        exe.arg_dict[k][:] = v
+    exe.forward(is_train=False)
+    return [o.asnumpy() for o in exe.outputs]
+
+
+def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str, str]] = None):
+    """Export every operator of ``sym`` as one ONNX model and run it in ONNX Runtime.
+
+    Returns ``(outputs, model)``. Raises whatever the exporter raises.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    from mx_trt.graph_import import symbol_to_graph
+    from mx_trt.onnx_export import export_subgraph
+    from passes.ir import Entry
+
+    g = symbol_to_graph(sym, shapes, dtypes)
+    weights = {k: v.asnumpy() for k, v in {**args, **aux}.items()}
+    ops = g.op_nodes()
+    in_entries = [Entry(n.id, 0) for n in g.nodes if n.is_variable and n.name in inputs and any(
+        e.node == n.id for m in g.nodes for e in m.inputs)]
+    exported = export_subgraph(g, ops, in_entries, list(g.heads), weights)
+    onnx.checker.check_model(exported.model)
+    sess = ort.InferenceSession(exported.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {n: inputs[n] for n in exported.input_names}
+    return sess.run(exported.output_names, feeds), exported.model
+
+
+def check_symbol(
+    sym,
+    shapes: Mapping[str, Tuple[int, ...]],
+    *,
+    seed: int = 0,
+    dtype: str = "float32",
+    tol: Optional[Tuple[float, float]] = None,
+    params: Optional[Tuple[dict, dict]] = None,
+    inputs: Optional[Mapping[str, np.ndarray]] = None,
+):
+    """Assert that the ONNX export of ``sym`` matches MXNet on seeded random data.
+
+    Args:
+        sym: The symbol (one op or a few).
+        shapes: Shapes of the data inputs; every other argument is a weight.
+        tol: ``(rtol, atol)``; default :data:`OP_TOL` of the dtype.
+        params: ``(args, aux)`` to use instead of random ones.
+        inputs: Input arrays to use instead of random ones.
+    """
+    args, aux = params if params is not None else random_params(sym, shapes, seed, dtype)
+    feeds = dict(inputs) if inputs is not None else random_inputs(shapes, seed + 1, dtype)
+    ref = run_native(sym, shapes, args, aux, feeds)
+    got, _ = run_onnx_whole(sym, shapes, args, aux, feeds)
+    rtol, atol = tol or OP_TOL[dtype]
+    assert len(got) == len(ref)
+    for r, g in zip(ref, got):
+        assert r.shape == g.shape, f"shape {g.shape} != MXNet's {r.shape}"
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    return ref, got

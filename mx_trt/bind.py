@@ -1,0 +1,399 @@
+"""The bind-time pass: partition, export, build engines, substitute fused nodes, bind.
+
+Pipeline (one explicit list, run at every bind with the pass on)::
+
+    symbol_to_graph      MXNet symbol -> IR with MXNet's inferred shapes/dtypes
+    support              per op: converter validator, exclude list, backend -> reason
+    partition            maximal cycle-free subgraphs (passes.partition)
+    check_acyclic        independent validator (passes.validate)
+    export + build       one ONNX model and one engine per subgraph; failures stay native
+    fuse                 each subgraph becomes one fused node (passes.fuse)
+    bind                 MXNet's own simple_bind on the optimized symbol
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from passes.fuse import FuseResult, boundary, fuse
+from passes.ir import Entry, Graph
+from passes.partition import PartitionResult, Subgraph, partition
+from passes.validate import check_acyclic
+
+from . import hook
+from .backends import Backend, BuildOptions, select_backend
+from .converters.registry import check as check_op
+from .errors import BackendUnavailableError, EngineBuildError, MxTrtError, ParamMismatchError, ShapeError
+from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from .graph_import import graph_to_json, symbol_to_graph
+from .onnx_export import ExportedSubgraph, entry_name, export_subgraph, op_spec
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = ("float32", "float16")
+
+
+@dataclass
+class Plan:
+    """The analysis of one graph: what converts, how it is partitioned.
+
+    Attributes:
+        graph: The IR with shapes and dtypes.
+        weights: Names of variables whose values are known (``shared_buffer``).
+        reasons: Operator node id -> why it stays native (only unsupported ones).
+        partition: The partition.
+    """
+
+    graph: Graph
+    weights: Set[str]
+    reasons: Dict[int, str]
+    partition: PartitionResult
+
+    def absorbed_ids(self) -> Set[int]:
+        return {n.id for n in self.graph.nodes if n.is_variable and n.name in self.weights}
+
+    def op_counts(self) -> Tuple[int, int]:
+        """(operators inside subgraphs, all operators)."""
+        total = len(self.graph.op_nodes())
+        inside = sum(len(s.nodes) for s in self.partition.subgraphs)
+        return inside, total
+
+
+def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backend: Optional[Backend]) -> Dict[int, str]:
+    """Why each unsupported operator node cannot go to an engine. O(V) validator calls."""
+    reasons: Dict[int, str] = {}
+    for n in graph.nodes:
+        if n.is_variable:
+            continue
+        if n.op in settings.exclude_ops:
+            reasons[n.id] = f"{n.op} is listed in MXNET_TENSORRT_EXCLUDE_OPS"
+            continue
+        spec = op_spec(graph, n.id, weights)
+        bad = [
+            f"{what} {i} has dtype {dt}"
+            for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes))
+            for i, dt in enumerate(dts)
+            if dt not in SUPPORTED_DTYPES and not _integer_ok(spec, what, i)
+        ]
+        if bad:
+            reasons[n.id] = "; ".join(bad) + f" (engines take {', '.join(SUPPORTED_DTYPES)})"
+            continue
+        reason = check_op(spec)
+        if reason is None and backend is not None:
+            reason = backend.supports(spec)
+        if reason:
+            reasons[n.id] = reason
+    return reasons
+
+
+#: Inputs that hold indices and may be integers; the op's validator decides.
+_INDEX_INPUTS = {"Embedding": 0, "take": 1}
+
+
+def _integer_ok(spec: Any, what: str, i: int) -> bool:
+    return what == "input" and _INDEX_INPUTS.get(spec.op) == i
+
+
+def analyze(
+    sym: Any,
+    shapes: Mapping[str, Tuple[int, ...]],
+    params: Mapping[str, Any],
+    settings: Settings,
+    backend: Optional[Backend],
+    type_dict: Optional[Mapping[str, Any]] = None,
+) -> Plan:
+    """Run the analysis half of the pass (no export, no engine).
+
+    Args:
+        sym: The MXNet symbol.
+        shapes: Shapes of the data inputs.
+        params: Known weights by name (NDArrays or numpy arrays).
+        settings: The bind's settings.
+        backend: The backend that will build engines (its restrictions apply).
+        type_dict: Dtypes of inputs, as for ``simple_bind``.
+
+    Raises:
+        ShapeError: shapes are missing or contradictory.
+    """
+    all_shapes = {k: tuple(int(d) for d in v.shape) for k, v in params.items()}
+    all_shapes.update({k: tuple(v) for k, v in shapes.items()})
+    dtypes = {k: np.dtype(v.dtype).name for k, v in params.items()}
+    dtypes.update({k: np.dtype(v).name for k, v in (type_dict or {}).items()})
+    args = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    unknown = sorted(set(shapes) - args)
+    if unknown:
+        raise ShapeError(f"shapes given for {unknown}, which are not inputs of the symbol (inputs: {sorted(args)})")
+    graph = symbol_to_graph(sym, {k: v for k, v in all_shapes.items() if k in args}, {k: v for k, v in dtypes.items() if k in args})
+    missing = [n.name for n in graph.nodes if n.is_variable and Entry(n.id, 0) not in graph.shapes]
+    if missing:
+        raise ShapeError(f"cannot infer the shapes of {missing}: give their shapes to simple_bind or their values in shared_buffer")
+    weights = {n.name for n in graph.nodes if n.is_variable and n.name in params and n.name not in shapes}
+    reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
+    part = partition(graph, reasons, settings.min_subgraph_size)
+    check_acyclic(graph, [s.nodes for s in part.subgraphs])
+    return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+@dataclass
+class BindInfo:
+    """What mx_trt keeps on an accelerated executor (``executor._mx_trt``).
+
+    Attributes:
+        symbol: The optimized symbol (fused nodes + native nodes).
+        original: The symbol the user bound.
+        plan: The analysis.
+        engines: The fused engines this executor owns.
+        absorbed: Weight name -> sha256 of the value baked into the engines.
+        native_failures: Subgraph name -> why its engine was not built.
+        backend: Backend name.
+        timings: Seconds spent per pipeline stage.
+    """
+
+    symbol: Any
+    original: Any
+    plan: Plan
+    engines: List[FusedEngine]
+    absorbed: Dict[str, str]
+    native_failures: Dict[str, str] = field(default_factory=dict)
+    backend: str = ""
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """Drop weights baked into engines from ``copy_params_from``'s dicts after checking them.
+
+        A value equal to the engine's copy is accepted silently (the user copies
+        the same checkpoint); a different value cannot reach the engine, so it
+        raises rather than being ignored.
+
+        Raises:
+            ParamMismatchError: a baked-in weight differs from the given value.
+        """
+        out: List[Dict[str, Any]] = []
+        for params in (arg_params or {}, aux_params or {}):
+            kept = {}
+            for name, value in params.items():
+                digest = self.absorbed.get(name)
+                if digest is None:
+                    kept[name] = value
+                    continue
+                arr = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+                if _digest(arr) != digest:
+                    raise ParamMismatchError(
+                        f"weight {name!r} was baked into a TensorRT engine at bind time and the new value differs; "
+                        "bind again (simple_bind with the new weights in shared_buffer) to use it"
+                    )
+            out.append(kept)
+        return out[0], out[1]
+
+
+def _why_native(grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: Any) -> Optional[str]:
+    reqs = list(grad_req.values()) if isinstance(grad_req, dict) else list(grad_req) if isinstance(grad_req, (list, tuple)) else [grad_req]
+    if any(r != "null" for r in reqs):
+        return f"grad_req={grad_req!r} asks for gradients and engines are inference-only (use grad_req='null')"
+    if not shared_buffer:
+        return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
+    if group2ctx:
+        return "group2ctx (model parallelism) is not supported by the pass"
+    if stype_dict and any(v != "default" for v in stype_dict.values()):
+        return "sparse storage types are not supported by the pass"
+    return None
+
+
+def accelerated_simple_bind(
+    sym: Any,
+    ctx: Any,
+    grad_req: Any = "write",
+    type_dict: Any = None,
+    stype_dict: Any = None,
+    group2ctx: Any = None,
+    shared_arg_names: Any = None,
+    shared_exec: Any = None,
+    shared_buffer: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """``Symbol.simple_bind`` with the TensorRT pass (same arguments, same result type).
+
+    Falls back to MXNet's own bind, with one warning saying why, when gradients
+    are requested, the weights are missing, or no backend serves ``ctx``.
+
+    Raises:
+        ShapeError, MissingWeightError, BackendUnavailableError (forced backend missing),
+        PartitionError (validator caught a bad partition).
+    """
+    original = hook.original_simple_bind()
+
+    def native() -> Any:
+        return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+
+    why = _why_native(grad_req, shared_buffer, group2ctx, stype_dict)
+    if why:
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", why)
+        return native()
+    settings = Settings.from_env()
+    try:
+        backend = select_backend(ctx.device_type, settings.backend)
+    except BackendUnavailableError as exc:
+        if settings.backend:
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
+        return native()
+    exe, _ = bind_with_backend(sym, ctx, backend, settings, dict(shared_buffer), kwargs, type_dict, shared_arg_names, shared_exec)
+    return exe
+
+
+def bind_with_backend(
+    sym: Any,
+    ctx: Any,
+    backend: Backend,
+    settings: Settings,
+    params: Dict[str, Any],
+    shapes: Mapping[str, Any],
+    type_dict: Any = None,
+    shared_arg_names: Any = None,
+    shared_exec: Any = None,
+) -> Tuple[Any, BindInfo]:
+    """The pass proper. Returns the bound executor and its :class:`BindInfo`."""
+    import mxnet as mx
+
+    t0 = time.perf_counter()
+    timings: Dict[str, float] = {}
+    shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
+    plan = analyze(sym, shapes, params, settings, backend, type_dict)
+    graph = plan.graph
+    timings["analyze"] = time.perf_counter() - t0
+    absorbed_ids = plan.absorbed_ids()
+
+    # Weights of nodes inside engines, as numpy, once.
+    needed: Set[str] = set()
+    inside = {nid for s in plan.partition.subgraphs for nid in s.nodes}
+    for nid in inside:
+        for e in graph.nodes[nid].inputs:
+            src = graph.nodes[e.node]
+            if src.is_variable and e.node in absorbed_ids:
+                needed.add(src.name)
+    weights_np = {k: _to_numpy(params[k]) for k in sorted(needed)}
+
+    t1 = time.perf_counter()
+    built: List[Tuple[Subgraph, ExportedSubgraph, FusedEngine]] = []
+    failures: Dict[str, str] = {}
+    subgraphs = plan.partition.subgraphs
+    for k, sg in enumerate(subgraphs):
+        ins, outs = boundary(graph, sg.nodes, absorbed_ids)
+        logger.info("building engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
+                    k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
+        try:
+            exported = export_subgraph(graph, sg.nodes, ins, outs, weights_np, name=sg.name)
+            engine = backend.build(exported, BuildOptions(device_id=_device_id(ctx), fp16=settings.fp16, name=sg.name))
+        except (EngineBuildError, MxTrtError) as exc:
+            failures[sg.name] = str(exc)
+            logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
+                           _op_summary(graph, sg.nodes), exc)
+            continue
+        out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
+        fused = register_engine(sg.name, engine, exported.input_names, out_names)
+        built.append((sg, exported, fused))
+    timings["export_build"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    kept = [sg for sg, _, _ in built]
+    fres = fuse(graph, kept, absorbed_ids, fused_op=OP_TYPE)
+    new_graph, extra = _custom_nodes(fres, built, graph)
+    new_sym = mx.sym.load_json(graph_to_json(new_graph, extra))
+    timings["fuse"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    new_args = set(new_sym.list_arguments())
+    new_aux = set(new_sym.list_auxiliary_states())
+    bind_shapes = {k: v for k, v in shapes.items() if k in new_args}
+    native_buf = {k: v for k, v in params.items() if k in new_args and k not in shapes and isinstance(v, mx.nd.NDArray)}
+    tdict = {k: v for k, v in (type_dict or {}).items() if k in new_args}
+    exe = hook.original_simple_bind()(new_sym, ctx, grad_req="null", type_dict=tdict or None,
+                                      shared_arg_names=shared_arg_names, shared_exec=shared_exec,
+                                      shared_buffer=native_buf, **bind_shapes)
+    # Native weights: shared_buffer arrays were reused where ctx/shape/dtype match;
+    # copy the others, and aux states, which simple_bind never takes from shared_buffer.
+    for name in sorted(new_args - set(shapes)):
+        if name in params:
+            _copy_into(exe.arg_dict[name], params[name])
+    for name in sorted(new_aux):
+        if name in params:
+            _copy_into(exe.aux_dict[name], params[name])
+    timings["bind"] = time.perf_counter() - t3
+
+    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
+    digests = {}
+    for name in sorted(absorbed_names):
+        arr = weights_np.get(name)
+        digests[name] = _digest(arr if arr is not None else _to_numpy(params[name]))
+    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, _, f in built], absorbed=digests,
+                    native_failures=failures, backend=backend.name, timings=timings)
+    exe._mx_trt = info
+    inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
+    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); bind took %.2f s",
+                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
+    return exe, info
+
+
+def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, ExportedSubgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:
+    """Turn fused IR nodes into MXNet ``Custom`` nodes naming their engines.
+
+    A fused node with a single output that is a graph output takes the name of the
+    node that produced it, so ``executor.output_dict`` keeps its keys.
+    """
+    by_name = {sg.name: f for sg, _, f in built}
+    g = fres.graph
+    extra: Dict[int, Dict[str, str]] = {}
+    heads = set(g.heads)
+    taken = {n.name for n in g.nodes}
+    for fs in fres.fused:
+        node = g.nodes[fs.node_id]
+        fused = by_name[fs.subgraph.name]
+        node.op = "Custom"
+        node.attrs = {}
+        extra[node.id] = {"op_type": OP_TYPE, ENGINE_ATTR: fused.key}
+        if len(fs.outputs) == 1 and Entry(node.id, 0) in heads:
+            src = old.nodes[fs.outputs[0].node]
+            if src.num_outputs == 1 and src.name not in taken:
+                taken.discard(node.name)
+                node.name = src.name
+                taken.add(src.name)
+    return g, extra
+
+
+def _to_numpy(v: Any) -> np.ndarray:
+    return v.asnumpy() if hasattr(v, "asnumpy") else np.asarray(v)
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    import mxnet as mx
+
+    if isinstance(src, mx.nd.NDArray):
+        if src.handle.value == dst.handle.value:
+            return
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ShapeError(f"shared_buffer value has shape {src.shape}, the executor needs {dst.shape}")
+        src.copyto(dst)
+    else:
+        dst[:] = np.asarray(src)
+
+
+def _device_id(ctx: Any) -> int:
+    return -1 if ctx.device_type == "cpu" else int(ctx.device_id)
+
+
+def _op_summary(graph: Graph, nodes: Sequence[int]) -> str:
+    counts: Dict[str, int] = {}
+    for nid in nodes:
+        counts[graph.nodes[nid].op] = counts.get(graph.nodes[nid].op, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))

@@ -1,0 +1,142 @@
+"""The main job: ResNet-50 v1 bound natively and with the pass, side by side.
+
+``python -m mx_trt.demo [--model resnet50_v1] [--batch 1] [--runs 20] [--out demo_out]``
+
+Builds the model from MXNet's model zoo with seeded random weights (no download),
+saves a checkpoint, loads it back as a user would, binds it with
+``MXNET_USE_TENSORRT`` off and on in one process, and prints the subgraphs, the
+operator coverage, the operators left native with their reasons, the largest
+absolute difference of the outputs, and the median latency of both.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+
+def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:
+    """Merge several dictionaries into one (the design's helper)."""
+    result: Dict[str, Any] = {}
+    for d in dicts:
+        result.update(d)
+    return result
+
+
+def make_checkpoint(model: str, prefix: str, seed: int = 0, image: int = 224) -> Tuple[str, int]:
+    """Save ``model`` from the model zoo with seeded random weights as ``prefix``-symbol.json/-0000.params."""
+    import mxnet as mx
+    from mxnet.gluon.model_zoo import vision
+
+    mx.random.seed(seed)
+    np.random.seed(seed)
+    net = vision.get_model(model, pretrained=False)
+    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=mx.cpu())
+    net.hybridize()
+    net(mx.nd.zeros((1, 3, image, image)))
+    # Random, non-trivial BatchNorm statistics so that the test is not vacuous.
+    rng = np.random.RandomState(seed)
+    for name, p in net.collect_params().items():
+        if name.endswith("running_mean"):
+            p.set_data(mx.nd.array(rng.uniform(-0.1, 0.1, p.shape)))
+        elif name.endswith("running_var"):
+            p.set_data(mx.nd.array(rng.uniform(0.5, 1.5, p.shape)))
+        elif name.endswith("gamma"):
+            p.set_data(mx.nd.array(rng.uniform(0.5, 1.5, p.shape)))
+    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+    net.export(prefix, epoch=0)
+    return prefix, 0
+
+
+def time_forward(exe: Any, runs: int, warmup: int = 3) -> List[float]:
+    """Latencies (ms) of ``runs`` inference forwards, each waited for."""
+    for _ in range(warmup):
+        exe.forward(is_train=False)
+        exe.outputs[0].wait_to_read()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        exe.forward(is_train=False)
+        for o in exe.outputs:
+            o.wait_to_read()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50_v1")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--out", default="demo_out")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("mx_trt").setLevel(logging.INFO)
+
+    import mxnet as mx
+
+    import mx_trt
+
+    image = 299 if args.model.startswith("inception") else 224
+    prefix, epoch = make_checkpoint(args.model, os.path.join(args.out, args.model), args.seed, image)
+    sym, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
+    shape = (args.batch, 3, image, image)
+    x = np.random.RandomState(args.seed + 1).uniform(-1, 1, shape).astype("float32")
+    ctx = mx.cpu()
+
+    results = {}
+    executors = {}
+    for label, flag in (("native", "0"), ("mx_trt", "1")):
+        os.environ["MXNET_USE_TENSORRT"] = flag
+        t = time.perf_counter()
+        exe = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
+        bind_s = time.perf_counter() - t
+        if label == "native":
+            exe.copy_params_from(arg_params, aux_params)
+        exe.arg_dict["data"][:] = x
+        exe.forward(is_train=False)
+        results[label] = (exe.outputs[0].asnumpy(), bind_s)
+        executors[label] = exe
+
+    info = mx_trt.bind_info(executors["mx_trt"])
+    print(f"\n== {args.model}, batch {args.batch}, backend {info.backend if info else 'none'} ==")
+    if info is None:
+        print("the pass did not run (see the warning above)")
+        return 1
+    plan = info.plan
+    g = plan.graph
+    inside, total = plan.op_counts()
+    print(f"subgraphs: {len(info.engines)}")
+    for sg in plan.partition.subgraphs:
+        state = "engine" if sg.name not in info.native_failures else f"native ({info.native_failures[sg.name]})"
+        print(f"  {sg.name}: {len(sg.nodes)} ops -> {state}")
+    print(f"op coverage: {inside}/{total} operators inside engines ({100.0 * inside / max(total, 1):.1f}%)")
+    native = plan.partition.native
+    if native:
+        print("operators left native:")
+        by_op: Dict[str, List[str]] = {}
+        for nid, reason in sorted(native.items()):
+            by_op.setdefault(f"{g.nodes[nid].op}: {reason}", []).append(g.nodes[nid].name)
+        for key, names in sorted(by_op.items()):
+            print(f"  {key} ({len(names)}: {', '.join(names[:3])}{'...' if len(names) > 3 else ''})")
+    else:
+        print("operators left native: none")
+    ref, got = results["native"][0], results["mx_trt"][0]
+    print(f"largest absolute difference of the outputs: {float(np.abs(ref - got).max()):.3g} "
+          f"(output range {float(np.abs(ref).max()):.3g})")
+    print(f"bind: native {results['native'][1]:.2f} s, mx_trt {results['mx_trt'][1]:.2f} s")
+    lat = {k: statistics.median(time_forward(e, args.runs)) for k, e in executors.items()}
+    print(f"median latency over {args.runs} runs: native {lat['native']:.1f} ms, mx_trt {lat['mx_trt']:.1f} ms "
+          f"(native/mx_trt = {lat['native'] / lat['mx_trt']:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The bind hook end to end on small graphs, against MXNet's own output.
+
+Tolerance: fp32, ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL) for these
+few-layer graphs.
+"""
+from __future__ import annotations
+
+import logging
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt import fused_op
+from mx_trt.errors import BackendUnavailableError, ParamMismatchError, ShapeError
+from tests import userops
+from tests.mxcheck import OP_TOL, random_inputs, random_params
+
+RTOL, ATOL = OP_TOL["float32"]
+
+
+def conv_relu(x, name, ch=4):
+    c = mx.sym.Convolution(x, num_filter=ch, kernel=(3, 3), pad=(1, 1), name=f"{name}_conv")
+    return mx.sym.Activation(c, act_type="relu", name=f"{name}_relu")
+
+
+def bind(sym, shapes, args, aux, inputs, on: bool, monkeypatch, **kw):
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1" if on else "0")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **shapes, **kw)
+    if not on:
+        exe.copy_params_from(args, aux)
+    for k, v in inputs.items():
+        exe.arg_dict[k][:] = v
+    exe.forward(is_train=False)
+    return exe, [o.asnumpy() for o in exe.outputs]
+
+
+def compare(sym, shapes, monkeypatch, seed=0):
+    args, aux = random_params(sym, shapes, seed)
+    inputs = random_inputs(shapes, seed + 1)
+    _, ref = bind(sym, shapes, args, aux, inputs, False, monkeypatch)
+    exe, got = bind(sym, shapes, args, aux, inputs, True, monkeypatch)
+    assert len(ref) == len(got)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
+    return exe
+
+
+def subgraph_names(exe):
+    info = mx_trt.bind_info(exe)
+    g = info.plan.graph
+    return [sorted(g.nodes[n].name for n in sg.nodes) for sg in info.plan.partition.subgraphs]
+
+
+SHAPES = {"data": (2, 3, 8, 8)}
+
+
+def test_unsupported_in_the_middle(monkeypatch):
+    # data -> a_conv -> a_relu -> [sq] -> b_conv -> b_relu
+    x = mx.sym.var("data")
+    s = conv_relu(userops.square(conv_relu(x, "a"), "sq"), "b")
+    exe = compare(s, SHAPES, monkeypatch)
+    assert subgraph_names(exe) == [["a_conv", "a_relu"], ["b_conv", "b_relu"]]
+    info = mx_trt.bind_info(exe)
+    g = info.plan.graph
+    assert {g.nodes[n].name: r for n, r in info.plan.partition.native.items()} == {"sq": "no converter for operator Custom"}
+
+
+def test_unsupported_at_inputs_and_outputs(monkeypatch):
+    # data -> [sq_in] -> a_conv -> a_relu -> [sq_out]
+    x = mx.sym.var("data")
+    s = userops.square(conv_relu(userops.square(x, "sq_in"), "a"), "sq_out")
+    exe = compare(s, SHAPES, monkeypatch)
+    assert subgraph_names(exe) == [["a_conv", "a_relu"]]
+
+
+def test_output_used_by_several_native_nodes_and_as_graph_output(monkeypatch):
+    #            +-> [sq1] --+
+    # data -> a -+-> [sq2] --+-> outputs (sq1, sq2, a_relu, b_relu)
+    #            +-> b ------+
+    x = mx.sym.var("data")
+    a = conv_relu(x, "a")
+    s = mx.sym.Group([userops.square(a, "sq1"), userops.square(a, "sq2"), a, conv_relu(a, "b")])
+    exe = compare(s, SHAPES, monkeypatch)
+    assert subgraph_names(exe) == [["a_conv", "a_relu", "b_conv", "b_relu"]]
+    fused = mx_trt.bind_info(exe).engines[0]
+    assert len(fused.output_names) == 2 and fused.run_count == 1
+
+
+def test_several_inputs_and_outputs(monkeypatch):
+    x, y = mx.sym.var("data"), mx.sym.var("data2")
+    a = conv_relu(x, "a")
+    b = conv_relu(y, "b")
+    s = mx.sym.Group([a + b, userops.square(a - b, "sq")])
+    compare(s, {"data": (2, 3, 8, 8), "data2": (2, 3, 8, 8)}, monkeypatch)
+
+
+def test_on_off_on_in_one_process(monkeypatch):
+    x = mx.sym.var("data")
+    s = mx.sym.FullyConnected(conv_relu(x, "a"), num_hidden=5, name="fc")
+    args, aux = random_params(s, SHAPES)
+    inputs = random_inputs(SHAPES)
+    outs = []
+    for on in (True, False, True):
+        exe, got = bind(s, SHAPES, args, aux, inputs, on, monkeypatch)
+        assert (mx_trt.bind_info(exe) is not None) == on
+        outs.append(got[0])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def test_design_spelling_of_the_variable(monkeypatch):
+    monkeypatch.delenv("MXNET_USE_TENSORRT", raising=False)
+    monkeypatch.setenv("MXNet_USE_TENSORRT", "1")
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    assert mx_trt.bind_info(exe) is not None
+    monkeypatch.setenv("MXNet_USE_TENSORRT", "0")
+    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    assert mx_trt.bind_info(exe) is None
+
+
+def test_memory_only_for_native_nodes(monkeypatch):
+    # Weights inside engines are not allocated by the executor; native ones are.
+    x = mx.sym.var("data")
+    bn = mx.sym.BatchNorm(userops.square(conv_relu(x, "a"), "sq"), name="bn")
+    s = mx.sym.FullyConnected(bn, num_hidden=3, name="fc")
+    monkeypatch.setenv("MXNET_TENSORRT_EXCLUDE_OPS", "BatchNorm")
+    exe = compare(s, SHAPES, monkeypatch)
+    assert sorted(exe.arg_dict) == ["bn_beta", "bn_gamma", "data"]
+    assert sorted(exe.aux_dict) == ["bn_moving_mean", "bn_moving_var"]
+
+
+def test_aux_states_of_native_nodes_come_from_shared_buffer(monkeypatch):
+    # MXNet's own simple_bind does not fill aux states from shared_buffer: the pass does.
+    x = mx.sym.var("data")
+    s = mx.sym.BatchNorm(userops.square(x, "sq"), name="bn")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    for k, v in aux.items():
+        np.testing.assert_array_equal(exe.aux_dict[k].asnumpy(), v.asnumpy())
+    for k, v in args.items():
+        np.testing.assert_array_equal(exe.arg_dict[k].asnumpy(), v.asnumpy())
+
+
+def test_copy_params_from_full_dicts(monkeypatch):
+    x = mx.sym.var("data")
+    s = mx.sym.FullyConnected(userops.square(conv_relu(x, "a"), "sq"), num_hidden=3, name="fc")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
+    exe, _ = bind(s, SHAPES, args, aux, random_inputs(SHAPES), True, monkeypatch)
+    assert "a_conv_weight" not in exe.arg_dict
+    exe.copy_params_from(args, aux)  # same values: accepted
+    changed = dict(args)
+    changed["a_conv_weight"] = args["a_conv_weight"] + 1
+    with pytest.raises(ParamMismatchError, match="bind again"):
+        exe.copy_params_from(changed, aux)
+
+
+def test_gradients_requested_bind_natively_with_one_warning(monkeypatch, caplog):
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe = s.simple_bind(mx.cpu(), grad_req="write", shared_buffer={**args, **aux}, **SHAPES)
+    assert mx_trt.bind_info(exe) is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "grad_req" in warnings[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe = s.simple_bind(mx.cpu(), grad_req="null", **SHAPES)
+    assert mx_trt.bind_info(exe) is None
+    assert len(caplog.records) == 1 and "shared_buffer" in caplog.records[0].getMessage()
+
+
+def test_failed_engine_build_leaves_subgraph_native(monkeypatch, caplog):
+    from mx_trt.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.errors import EngineBuildError
+
+    def boom(self, exported, options):
+        raise EngineBuildError(f"{options.name}: simulated failure")
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "build", boom)
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe = compare(conv_relu(mx.sym.var("data"), "a"), SHAPES, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    assert info.engines == [] and "trt_subgraph_0" in info.native_failures
+    assert any("trt_subgraph_0" in r.getMessage() and "simulated failure" in r.getMessage() for r in caplog.records)
+
+
+def test_exclude_ops(monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_EXCLUDE_OPS", "Activation")
+    exe = compare(conv_relu(conv_relu(mx.sym.var("data"), "a"), "b"), SHAPES, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    reasons = set(info.plan.partition.native.values())
+    assert "Activation is listed in MXNET_TENSORRT_EXCLUDE_OPS" in reasons
+
+
+def test_detection_style_ops_stay_native(monkeypatch):
+    # ROI pooling and NMS have no converter: they run in MXNet between engines.
+    x = mx.sym.var("data")
+    rois = mx.sym.var("rois")
+    feat = conv_relu(x, "a")
+    pooled = mx.sym.ROIPooling(feat, rois, pooled_size=(2, 2), spatial_scale=1.0, name="roipool")
+    head = mx.sym.FullyConnected(pooled, num_hidden=6, name="head")
+    nms = mx.sym.contrib.box_nms(mx.sym.reshape(head, shape=(1, -1, 6), name="rs"), overlap_thresh=0.5, name="nms")
+    shapes = {"data": (1, 3, 8, 8), "rois": (3, 5)}
+    args, aux = random_params(nms, shapes)
+    rng = np.random.RandomState(0)
+    inputs = {"data": rng.uniform(-1, 1, shapes["data"]).astype("float32"),
+              "rois": np.array([[0, 0, 0, 4, 4], [0, 2, 2, 7, 7], [0, 1, 0, 5, 6]], dtype="float32")}
+    _, ref = bind(nms, shapes, args, aux, inputs, False, monkeypatch)
+    exe, got = bind(nms, shapes, args, aux, inputs, True, monkeypatch)
+    np.testing.assert_allclose(got[0], ref[0], rtol=RTOL, atol=ATOL)
+    info = mx_trt.bind_info(exe)
+    native_ops = {info.plan.graph.nodes[n].op for n in info.plan.partition.native}
+    assert {"ROIPooling", "_contrib_box_nms"} <= native_ops
+    assert len(info.engines) >= 1
+
+
+def test_wrong_shape_is_a_typed_error(monkeypatch):
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    with pytest.raises(ShapeError):
+        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=(2, 5, 8, 8))
+    with pytest.raises(ShapeError, match="not inputs"):
+        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=SHAPES["data"], dta=(1,))
+
+
+def test_forced_missing_backend_is_an_error(monkeypatch):
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "no_such_backend")
+    with pytest.raises(BackendUnavailableError, match="no_such_backend"):
+        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+
+
+def test_tensorrt_bind_and_contrib_names(monkeypatch):
+    monkeypatch.delenv("MXNET_USE_TENSORRT", raising=False)
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=4, name="fc")
+    args, aux = random_params(s, SHAPES)
+    exe = mx_trt.tensorrt_bind(s, mx.cpu(), {**args, **aux}, data=SHAPES["data"])
+    opt = mx_trt.get_optimized_symbol(exe)
+    assert opt.list_arguments() == ["data"]
+    assert mx_trt.init_tensorrt_params(opt, args, aux) == ({}, {})
+    assert not mx_trt.get_use_tensorrt()
+    mx_trt.set_use_tensorrt(True)
+    assert mx_trt.get_use_tensorrt()
+    mx_trt.set_use_tensorrt(False)
+    mx_trt.set_use_fp16(True)
+    assert mx_trt.get_use_fp16()
+    mx_trt.set_use_fp16(False)
+    assert not mx_trt.get_use_fp16()
+
+
+@pytest.mark.parametrize("req", ["write", "inplace", "add", "null"])
+def test_fused_operator_honours_req(req, monkeypatch):
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    exe, got = bind(s, SHAPES, args, aux, random_inputs(SHAPES), True, monkeypatch)
+    fused = mx_trt.bind_info(exe).engines[0]
+    op = fused_op.make_operator(fused)
+    x = exe.arg_dict["data"].copy()
+    out = mx.nd.ones(got[0].shape)
+    mx.nd.waitall()
+    op.forward(False, [req], [x], [out], [])
+    expect = {"write": got[0], "inplace": got[0], "add": got[0] + 1, "null": np.ones_like(got[0])}[req]
+    np.testing.assert_allclose(out.asnumpy(), expect, rtol=RTOL, atol=ATOL)

@@ -1,9 +1,1521 @@
-"""Converters for tensor operators (elementwise, broadcast, scalar, reshape family, slicing, reductions)."""
+"""Converters for tensor operators (elementwise, broadcast, scalar, reshape family, slicing, reductions).
+
+Every converter reproduces MXNet 1.9.1's forward semantics exactly for the
+attribute/shape/dtype combinations its validator accepts; anything else is
+rejected with a reason. Shapes are static at bind time, so shape-dependent
+parameters (Reshape targets, slice bounds, split sizes) are computed here from
+MXNet's own inferred shapes and emitted as constants. The ONNX uses opset-17
+standard operators that both ONNX Runtime and TensorRT's ONNX parser accept.
+"""
 from __future__ import annotations
 
-from .registry import ConvContext, register
+import math
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import ConversionError
+from .registry import FLOAT_DTYPES, ConvContext, OpSpec, Shape, Validator, register
+
+# ONNX TensorProto element types by numpy name; fixed by the ONNX spec, spelled out
+# so this module imports without onnx.
+_ONNX_DTYPE: Dict[str, int] = {
+    "float32": 1,
+    "uint8": 2,
+    "int8": 3,
+    "int32": 6,
+    "int64": 7,
+    "bool": 9,
+    "float16": 10,
+    "float64": 11,
+}
+
+#: TensorRT handles at most this many dimensions.
+_MAX_RANK = 8
+#: Pure data movement is exact for any element type TensorRT supports natively.
+_MOVE_DTYPES = FLOAT_DTYPES + ("int32",)
+#: TensorRT's TopK accepts k up to this value.
+_TRT_MAX_TOPK = 3840
 
 
-@register("elemwise_add", "_plus", "_Plus")
-def _elemwise_add(ctx: ConvContext) -> None:
-    ctx.emit("Add", ctx.inputs[:2], ctx.outputs)
+# ----------------------------------------------------------------------------------------
+# Validator building blocks
+# ----------------------------------------------------------------------------------------
+def _check_ranks(spec: OpSpec) -> Optional[str]:
+    """Reject rank-0 shapes (MXNet's legacy "unknown") and ranks TensorRT cannot hold."""
+    for kind, shapes in (("input", spec.in_shapes), ("output", spec.out_shapes)):
+        for i, s in enumerate(shapes):
+            if s is None:
+                return f"{kind} {i} has an unknown shape"
+            if len(s) == 0:
+                return f"{kind} {i} has rank 0, which MXNet's legacy shape semantics treat as unknown"
+            if len(s) > _MAX_RANK:
+                return f"{kind} {i} has rank {len(s)}; TensorRT supports at most {_MAX_RANK} dimensions"
+    return None
+
+
+def _check_dtypes(
+    spec: OpSpec,
+    allowed: Sequence[str] = FLOAT_DTYPES,
+    inputs: Optional[Sequence[int]] = None,
+    outputs: bool = True,
+) -> Optional[str]:
+    """Require the dtypes of ``inputs`` (default all) and of the outputs to be in ``allowed``."""
+    idx = range(len(spec.in_dtypes)) if inputs is None else inputs
+    for i in idx:
+        if i < len(spec.in_dtypes) and spec.in_dtypes[i] not in allowed:
+            return f"input {i} has dtype {spec.in_dtypes[i]}; supported: {', '.join(allowed)}"
+    if outputs:
+        for i, d in enumerate(spec.out_dtypes):
+            if d not in allowed:
+                return f"output {i} has dtype {d}; supported: {', '.join(allowed)}"
+    return None
+
+
+def _validator(*checks: Validator, dtypes: Optional[Sequence[str]] = FLOAT_DTYPES) -> Validator:
+    """Combine the rank check, a dtype check over all inputs/outputs and ``checks``.
+
+    ``dtypes=None`` leaves dtype checking to ``checks``.
+    """
+
+    def validate(spec: OpSpec) -> Optional[str]:
+        reason = _check_ranks(spec)
+        if reason:
+            return reason
+        if dtypes is not None:
+            reason = _check_dtypes(spec, dtypes)
+            if reason:
+                return reason
+        for c in checks:
+            reason = c(spec)
+            if reason:
+                return reason
+        return None
+
+    return validate
+
+
+_MOVE = _validator(dtypes=_MOVE_DTYPES)
+
+
+def _same_dtypes(spec: OpSpec) -> Optional[str]:
+    if len(set(spec.in_dtypes)) > 1:
+        return f"inputs have different dtypes {list(spec.in_dtypes)}"
+    return None
+
+
+def _norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """Normalise a possibly negative axis into ``[0, ndim)`` or raise."""
+    a = axis + ndim if axis < 0 else axis
+    if not 0 <= a < ndim:
+        raise ConversionError(f"{what} {axis} is out of range for rank {ndim}")
+    return a
+
+
+def _expect_shape(spec: OpSpec, computed: Sequence[int], k: int = 0) -> Optional[str]:
+    """Cross-check a shape computed from the attributes against MXNet's inference."""
+    if tuple(computed) != tuple(spec.out_shapes[k]):
+        return f"computed output shape {tuple(computed)} differs from MXNet's {tuple(spec.out_shapes[k])}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------
+# Emission helpers
+# ----------------------------------------------------------------------------------------
+def _i64(ctx: ConvContext, values: Sequence[int], hint: str = "idx") -> str:
+    return ctx.const(np.asarray(list(values), dtype=np.int64), hint)
+
+
+def _scalar(ctx: ConvContext, value: float, dtype: str, rank: int, hint: str = "scalar") -> str:
+    """A constant of shape ``(1,) * rank``: same rank as its partner (TensorRT-friendly broadcast)."""
+    return ctx.const(np.full((1,) * rank, value, dtype=np.dtype(dtype)), hint)
+
+
+def _out(out: Optional[str]) -> Optional[List[str]]:
+    return None if out is None else [out]
+
+
+def _cast(ctx: ConvContext, x: str, dtype: str, out: Optional[str] = None) -> str:
+    return ctx.emit("Cast", [x], _out(out), to=_ONNX_DTYPE[dtype])[0]
+
+
+def _reshape(ctx: ConvContext, x: str, shape: Sequence[int], out: Optional[str] = None) -> str:
+    return ctx.emit("Reshape", [x, _i64(ctx, shape, "shape")], _out(out))[0]
+
+
+def _unsqueeze(ctx: ConvContext, x: str, axes: Sequence[int], out: Optional[str] = None) -> str:
+    return ctx.emit("Unsqueeze", [x, _i64(ctx, axes, "axes")], _out(out))[0]
+
+
+def _squeeze(ctx: ConvContext, x: str, axes: Sequence[int], out: Optional[str] = None) -> str:
+    return ctx.emit("Squeeze", [x, _i64(ctx, axes, "axes")], _out(out))[0]
+
+
+def _identity(ctx: ConvContext, x: str, out: Optional[str] = None) -> str:
+    return ctx.emit("Identity", [x], _out(out))[0]
+
+
+def _slice(
+    ctx: ConvContext,
+    x: str,
+    axes: Sequence[int],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    steps: Sequence[int],
+    out: Optional[str] = None,
+) -> str:
+    if not axes:
+        return _identity(ctx, x, out)
+    ins = [x, _i64(ctx, starts, "starts"), _i64(ctx, ends, "ends"), _i64(ctx, axes, "axes"), _i64(ctx, steps, "steps")]
+    return ctx.emit("Slice", ins, _out(out))[0]
+
+
+def _reduce(ctx: ConvContext, op: str, x: str, axes: Sequence[int], keepdims: bool, out: Optional[str] = None) -> str:
+    """ReduceX over explicit ``axes``: ReduceSum takes axes as an input from opset 13, the others from 18."""
+    if op == "ReduceSum" or ctx.opset >= 18:
+        return ctx.emit(op, [x, _i64(ctx, axes, "axes")], _out(out), keepdims=int(keepdims))[0]
+    return ctx.emit(op, [x], _out(out), axes=list(axes), keepdims=int(keepdims))[0]
+
+
+def _to_f32(ctx: ConvContext, x: str) -> str:
+    """MXNet evaluates half-precision math in float32; emulations do the same."""
+    return _cast(ctx, x, "float32") if ctx.spec.in_dtypes[0] == "float16" else x
+
+
+def _from_f32(ctx: ConvContext, y: str, out: str) -> None:
+    if ctx.spec.out_dtypes[0] == "float16":
+        _cast(ctx, y, "float16", out)
+    else:
+        _identity(ctx, y, out)
+
+
+def _bool_to(ctx: ConvContext, b: str, out: str) -> None:
+    """MXNet comparisons return 0/1 in the output dtype, not bool."""
+    _cast(ctx, b, ctx.spec.out_dtypes[0], out)
+
+
+def _nonzero(ctx: ConvContext, x: str, dtype: str, rank: int) -> str:
+    """``x != 0`` as bool (NaN counts as true, as C's truthiness)."""
+    eq = ctx.emit("Equal", [x, _scalar(ctx, 0, dtype, rank, "zero")])[0]
+    return ctx.emit("Not", [eq])[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Elementwise and broadcast binary operators
+# ----------------------------------------------------------------------------------------
+def _check_broadcast(spec: OpSpec) -> Optional[str]:
+    try:
+        shape = np.broadcast_shapes(*[tuple(s) for s in spec.in_shapes[:2]])
+    except ValueError:
+        return f"input shapes {list(spec.in_shapes)} do not broadcast"
+    return _expect_shape(spec, shape)
+
+
+_BINARY_VALIDATOR = _validator(_same_dtypes, _check_broadcast)
+
+_ARITH: Dict[Tuple[str, ...], str] = {
+    ("elemwise_add", "_plus", "_Plus", "_add", "_grad_add", "broadcast_add", "broadcast_plus"): "Add",
+    ("elemwise_sub", "_minus", "_Minus", "_sub", "broadcast_sub", "broadcast_minus"): "Sub",
+    ("elemwise_mul", "_mul", "_Mul", "broadcast_mul"): "Mul",
+    ("elemwise_div", "_div", "_Div", "broadcast_div"): "Div",
+    ("_power", "_Power", "broadcast_power"): "Pow",
+    ("_maximum", "_Maximum", "broadcast_maximum"): "Max",
+    ("_minimum", "_Minimum", "broadcast_minimum"): "Min",
+}
+
+
+def _make_arith(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        ctx.emit(onnx_op, ctx.inputs[:2], ctx.outputs)
+
+    convert.__doc__ = f"Elementwise/broadcast binary op as ONNX {onnx_op} (same multidirectional broadcast)."
+    return convert
+
+
+for _names, _onnx_op in _ARITH.items():
+    register(*_names, validator=_BINARY_VALIDATOR)(_make_arith(_onnx_op))
+
+
+def _compare(ctx: ConvContext, kind: str, a: str, b: str) -> str:
+    """Return a bool tensor for MXNet's comparison ``kind`` (eq, ne, gt, ge, lt, le)."""
+    if kind == "ne":
+        return ctx.emit("Not", [ctx.emit("Equal", [a, b])[0]])[0]
+    op = {"eq": "Equal", "gt": "Greater", "ge": "GreaterOrEqual", "lt": "Less", "le": "LessOrEqual"}[kind]
+    return ctx.emit(op, [a, b])[0]
+
+
+_COMPARE: Dict[Tuple[str, ...], str] = {
+    ("_equal", "_Equal", "broadcast_equal"): "eq",
+    ("_not_equal", "_Not_Equal", "broadcast_not_equal"): "ne",
+    ("_greater", "_Greater", "broadcast_greater"): "gt",
+    ("_greater_equal", "_Greater_Equal", "broadcast_greater_equal"): "ge",
+    ("_lesser", "_Lesser", "broadcast_lesser"): "lt",
+    ("_lesser_equal", "_Lesser_Equal", "broadcast_lesser_equal"): "le",
+}
+
+
+def _make_compare(kind: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        _bool_to(ctx, _compare(ctx, kind, ctx.inputs[0], ctx.inputs[1]), ctx.outputs[0])
+
+    convert.__doc__ = f"Comparison {kind}: ONNX gives bool, MXNet gives 0/1 in the input dtype."
+    return convert
+
+
+for _names, _kind in _COMPARE.items():
+    register(*_names, validator=_BINARY_VALIDATOR)(_make_compare(_kind))
+
+
+_LOGICAL: Dict[Tuple[str, ...], str] = {
+    ("_logical_and", "_Logical_And", "broadcast_logical_and"): "And",
+    ("_logical_or", "_Logical_Or", "broadcast_logical_or"): "Or",
+    ("_logical_xor", "_Logical_Xor", "broadcast_logical_xor"): "Xor",
+}
+
+
+def _make_logical(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        rank = len(ctx.spec.out_shapes[0])
+        dt = ctx.spec.in_dtypes[0]
+        a = _nonzero(ctx, ctx.inputs[0], dt, rank)
+        b = _nonzero(ctx, ctx.inputs[1], dt, rank)
+        _bool_to(ctx, ctx.emit(onnx_op, [a, b])[0], ctx.outputs[0])
+
+    convert.__doc__ = f"Logical {onnx_op} on ``x != 0``, returned as 0/1 in the input dtype."
+    return convert
+
+
+for _names, _onnx_op in _LOGICAL.items():
+    register(*_names, validator=_BINARY_VALIDATOR)(_make_logical(_onnx_op))
+
+
+def _hypot(ctx: ConvContext, a: str, b: str, out: str) -> None:
+    """C's ``hypot`` without intermediate overflow: ``m * sqrt(1 + (n/m)^2)``.
+
+    The naive ``sqrt(a*a + b*b)`` overflows for |a| > ~1.8e19 in float32 where MXNet
+    (C ``hypot``) does not. Accurate to a few ulp.
+    """
+    dt = ctx.spec.out_dtypes[0]
+    rank = len(ctx.spec.out_shapes[0])
+    one = _scalar(ctx, 1, dt, rank, "one")
+    aa = ctx.emit("Abs", [a])[0]
+    ab = ctx.emit("Abs", [b])[0]
+    m = ctx.emit("Max", [aa, ab])[0]
+    n = ctx.emit("Min", [aa, ab])[0]
+    q = ctx.emit("Div", [n, m])[0]
+    r = ctx.emit("Mul", [m, ctx.emit("Sqrt", [ctx.emit("Add", [one, ctx.emit("Mul", [q, q])[0]])[0]])[0]])[0]
+    # m == 0 (0/0) and m == inf (inf/inf) make q NaN; the answer is m itself.
+    zero = ctx.emit("Equal", [m, _scalar(ctx, 0, dt, rank, "zero")])[0]
+    inf = ctx.emit("Equal", [m, _scalar(ctx, np.inf, dt, rank, "inf")])[0]
+    ctx.emit("Where", [ctx.emit("Or", [zero, inf])[0], m, r], [out])
+
+
+@register("_hypot", "_Hypot", "broadcast_hypot", validator=_BINARY_VALIDATOR)
+def _hypot_binary(ctx: ConvContext) -> None:
+    """hypot(a, b) elementwise/broadcast."""
+    _hypot(ctx, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0])
+
+
+def _check_add_n(spec: OpSpec) -> Optional[str]:
+    if any(tuple(s) != tuple(spec.out_shapes[0]) for s in spec.in_shapes):
+        return f"add_n inputs have different shapes {list(spec.in_shapes)}"
+    return _same_dtypes(spec)
+
+
+@register("add_n", "ElementWiseSum", validator=_validator(_check_add_n))
+def _add_n(ctx: ConvContext) -> None:
+    """Sum of all inputs (ONNX Sum)."""
+    if len(ctx.inputs) == 1:
+        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+    else:
+        ctx.emit("Sum", ctx.inputs, ctx.outputs)
+
+
+# ----------------------------------------------------------------------------------------
+# Tensor-scalar operators
+# ----------------------------------------------------------------------------------------
+def _check_scalar(spec: OpSpec) -> Optional[str]:
+    spec.float_("scalar", 1.0)  # raises (-> reason) if unparsable
+    if spec.has("is_int"):
+        spec.bool_("is_int")
+    # Legacy scalar ops keep the input dtype for float inputs whatever is_int says.
+    if spec.out_dtypes[0] != spec.in_dtypes[0]:
+        return f"output dtype {spec.out_dtypes[0]} differs from input dtype {spec.in_dtypes[0]}"
+    return None
+
+
+_SCALAR_VALIDATOR = _validator(_check_scalar)
+
+
+def _scalar_operand(ctx: ConvContext) -> str:
+    """The ``scalar`` attribute cast to the input dtype, as MXNet's ``DType(alpha)``."""
+    value = np.dtype(ctx.spec.in_dtypes[0]).type(float(ctx.spec.float_("scalar", 1.0)))  # type: ignore[arg-type]
+    return _scalar(ctx, value, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]))
+
+
+# name -> (ONNX op, scalar on the left?)
+_SCALAR_ARITH: Dict[Tuple[str, ...], Tuple[str, bool]] = {
+    ("_plus_scalar", "_PlusScalar"): ("Add", False),
+    ("_minus_scalar", "_MinusScalar"): ("Sub", False),
+    ("_rminus_scalar", "_RMinusScalar"): ("Sub", True),
+    ("_mul_scalar", "_MulScalar"): ("Mul", False),
+    ("_div_scalar", "_DivScalar"): ("Div", False),
+    ("_rdiv_scalar", "_RDivScalar"): ("Div", True),
+    ("_power_scalar", "_PowerScalar"): ("Pow", False),
+    ("_rpower_scalar", "_RPowerScalar"): ("Pow", True),
+    ("_maximum_scalar", "_MaximumScalar"): ("Max", False),
+    ("_minimum_scalar", "_MinimumScalar"): ("Min", False),
+}
+
+
+def _make_scalar_arith(onnx_op: str, reverse: bool) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        s = _scalar_operand(ctx)
+        ins = [s, ctx.inputs[0]] if reverse else [ctx.inputs[0], s]
+        ctx.emit(onnx_op, ins, ctx.outputs)
+
+    convert.__doc__ = f"Tensor-scalar {onnx_op}{' (scalar first)' if reverse else ''}."
+    return convert
+
+
+for _names, (_onnx_op, _rev) in _SCALAR_ARITH.items():
+    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_arith(_onnx_op, _rev))
+
+_SCALAR_COMPARE: Dict[Tuple[str, ...], str] = {
+    ("_equal_scalar", "_EqualScalar"): "eq",
+    ("_not_equal_scalar", "_NotEqualScalar"): "ne",
+    ("_greater_scalar", "_GreaterScalar"): "gt",
+    ("_greater_equal_scalar", "_GreaterEqualScalar"): "ge",
+    ("_lesser_scalar", "_LesserScalar"): "lt",
+    ("_lesser_equal_scalar", "_LesserEqualScalar"): "le",
+}
+
+
+def _make_scalar_compare(kind: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        _bool_to(ctx, _compare(ctx, kind, ctx.inputs[0], _scalar_operand(ctx)), ctx.outputs[0])
+
+    convert.__doc__ = f"Tensor-scalar comparison {kind}, as 0/1 in the input dtype."
+    return convert
+
+
+for _names, _kind in _SCALAR_COMPARE.items():
+    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_compare(_kind))
+
+_SCALAR_LOGICAL: Dict[Tuple[str, ...], str] = {
+    ("_logical_and_scalar", "_LogicalAndScalar"): "And",
+    ("_logical_or_scalar", "_LogicalOrScalar"): "Or",
+    ("_logical_xor_scalar", "_LogicalXorScalar"): "Xor",
+}
+
+
+def _make_scalar_logical(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        dt = ctx.spec.in_dtypes[0]
+        rank = len(ctx.spec.in_shapes[0])
+        a = _nonzero(ctx, ctx.inputs[0], dt, rank)
+        # The scalar's truth value is known now (after MXNet's cast to the dtype; NaN is true).
+        value = np.dtype(dt).type(float(ctx.spec.float_("scalar", 1.0)))  # type: ignore[arg-type]
+        b = ctx.const(np.full((1,) * rank, bool(value != 0)), "scalar_nonzero")
+        _bool_to(ctx, ctx.emit(onnx_op, [a, b])[0], ctx.outputs[0])
+
+    convert.__doc__ = f"Tensor-scalar logical {onnx_op}, as 0/1 in the input dtype."
+    return convert
+
+
+for _names, _onnx_op in _SCALAR_LOGICAL.items():
+    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_logical(_onnx_op))
+
+
+@register("_hypot_scalar", "_HypotScalar", validator=_SCALAR_VALIDATOR)
+def _hypot_scalar(ctx: ConvContext) -> None:
+    """hypot(x, scalar)."""
+    _hypot(ctx, ctx.inputs[0], _scalar_operand(ctx), ctx.outputs[0])
+
+
+# ----------------------------------------------------------------------------------------
+# Unary math
+# ----------------------------------------------------------------------------------------
+def _check_unary(spec: OpSpec) -> Optional[str]:
+    if spec.out_dtypes[0] != spec.in_dtypes[0]:
+        return f"output dtype {spec.out_dtypes[0]} differs from input dtype {spec.in_dtypes[0]}"
+    return None
+
+
+_UNARY_VALIDATOR = _validator(_check_unary)
+
+# One ONNX op with MXNet's exact formula.
+_UNARY: Dict[Tuple[str, ...], str] = {
+    ("relu",): "Relu",
+    ("sigmoid",): "Sigmoid",
+    ("tanh",): "Tanh",
+    ("exp",): "Exp",
+    ("log",): "Log",
+    ("sqrt",): "Sqrt",
+    ("abs",): "Abs",
+    ("negative",): "Neg",
+    ("reciprocal",): "Reciprocal",
+    ("floor",): "Floor",
+    ("ceil",): "Ceil",
+    ("sign",): "Sign",
+    ("sin",): "Sin",
+    ("cos",): "Cos",
+    ("tan",): "Tan",
+    ("arcsin",): "Asin",
+    ("arccos",): "Acos",
+    ("arctan",): "Atan",
+    ("sinh",): "Sinh",
+    ("cosh",): "Cosh",
+    ("arcsinh",): "Asinh",
+    ("arccosh",): "Acosh",
+    ("arctanh",): "Atanh",
+    ("erf",): "Erf",
+    ("softsign",): "Softsign",
+}
+
+
+def _make_unary(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        ctx.emit(onnx_op, ctx.inputs[:1], ctx.outputs)
+
+    convert.__doc__ = f"Unary ONNX {onnx_op}."
+    return convert
+
+
+for _names, _onnx_op in _UNARY.items():
+    register(*_names, validator=_UNARY_VALIDATOR)(_make_unary(_onnx_op))
+
+
+@register("_copy", "identity", "BlockGrad", "stop_gradient", "make_loss", "MakeLoss", validator=_MOVE)
+def _copy(ctx: ConvContext) -> None:
+    """Identity at inference (gradient-only semantics are irrelevant here)."""
+    _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+
+
+@register("rsqrt", validator=_UNARY_VALIDATOR)
+def _rsqrt(ctx: ConvContext) -> None:
+    """MXNet computes ``1 / sqrt(x)``."""
+    ctx.emit("Reciprocal", [ctx.emit("Sqrt", ctx.inputs[:1])[0]], ctx.outputs)
+
+
+@register("square", validator=_UNARY_VALIDATOR)
+def _square(ctx: ConvContext) -> None:
+    """``x * x``."""
+    ctx.emit("Mul", [ctx.inputs[0], ctx.inputs[0]], ctx.outputs)
+
+
+def _cbrt_of(ctx: ConvContext, x: str) -> str:
+    """``sign(x) * |x|^(1/3)``: Pow alone is NaN for negative bases."""
+    third = _scalar(ctx, 1.0 / 3.0, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "third")
+    p = ctx.emit("Pow", [ctx.emit("Abs", [x])[0], third])[0]
+    return ctx.emit("Mul", [ctx.emit("Sign", [x])[0], p])[0]
+
+
+@register("cbrt", validator=_UNARY_VALIDATOR)
+def _cbrt(ctx: ConvContext) -> None:
+    """Cube root; within a few ulp of C's ``cbrtf``."""
+    _identity(ctx, _cbrt_of(ctx, ctx.inputs[0]), ctx.outputs[0])
+
+
+@register("rcbrt", validator=_UNARY_VALIDATOR)
+def _rcbrt(ctx: ConvContext) -> None:
+    """``1 / cbrt(x)``."""
+    ctx.emit("Reciprocal", [_cbrt_of(ctx, ctx.inputs[0])], ctx.outputs)
+
+
+def _make_scaled_log(factor: float) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        c = _scalar(ctx, factor, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "inv_ln")
+        ctx.emit("Mul", [ctx.emit("Log", ctx.inputs[:1])[0], c], ctx.outputs)
+
+    convert.__doc__ = "Logarithm in another base as ``log(x) * (1 / ln(base))``; within 2 ulp."
+    return convert
+
+
+register("log2", validator=_UNARY_VALIDATOR)(_make_scaled_log(1.0 / math.log(2.0)))
+register("log10", validator=_UNARY_VALIDATOR)(_make_scaled_log(1.0 / math.log(10.0)))
+
+
+def _make_scale(factor: float) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        c = _scalar(ctx, factor, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "factor")
+        ctx.emit("Mul", [ctx.inputs[0], c], ctx.outputs)
+
+    convert.__doc__ = "Multiplication by a constant factor (degrees/radians)."
+    return convert
+
+
+register("degrees", validator=_UNARY_VALIDATOR)(_make_scale(180.0 / math.pi))
+register("radians", validator=_UNARY_VALIDATOR)(_make_scale(math.pi / 180.0))
+
+
+@register("round", validator=_UNARY_VALIDATOR)
+def _round(ctx: ConvContext) -> None:
+    """C ``roundf``: halves away from zero (ONNX Round rounds halves to even).
+
+    ``f = floor(|x|)`` and ``d = |x| - f`` are exact in binary floating point, so
+    ``sign(x) * (f + (d >= 0.5))`` is exactly ``roundf(x)`` (NaN/inf propagate).
+    """
+    x = _to_f32(ctx, ctx.inputs[0])
+    rank = len(ctx.spec.in_shapes[0])
+    a = ctx.emit("Abs", [x])[0]
+    f = ctx.emit("Floor", [a])[0]
+    d = ctx.emit("Sub", [a, f])[0]
+    up = ctx.emit("GreaterOrEqual", [d, _scalar(ctx, 0.5, "float32", rank, "half")])[0]
+    f1 = ctx.emit("Add", [f, _scalar(ctx, 1.0, "float32", rank, "one")])[0]
+    mag = ctx.emit("Where", [up, f1, f])[0]
+    _from_f32(ctx, ctx.emit("Mul", [ctx.emit("Sign", [x])[0], mag])[0], ctx.outputs[0])
+
+
+@register("rint", validator=_UNARY_VALIDATOR)
+def _rint(ctx: ConvContext) -> None:
+    """MXNet's rint: ``(x - floor) <= (ceil - x) ? floor : ceil`` (halves go down, not to even)."""
+    x = _to_f32(ctx, ctx.inputs[0])
+    f = ctx.emit("Floor", [x])[0]
+    c = ctx.emit("Ceil", [x])[0]
+    down = ctx.emit("LessOrEqual", [ctx.emit("Sub", [x, f])[0], ctx.emit("Sub", [c, x])[0]])[0]
+    _from_f32(ctx, ctx.emit("Where", [down, f, c])[0], ctx.outputs[0])
+
+
+@register("fix", "trunc", validator=_UNARY_VALIDATOR)
+def _trunc(ctx: ConvContext) -> None:
+    """Round toward zero: ceil for negatives, floor otherwise."""
+    x = ctx.inputs[0]
+    neg = ctx.emit("Less", [x, _scalar(ctx, 0, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "zero")])[0]
+    ctx.emit("Where", [neg, ctx.emit("Ceil", [x])[0], ctx.emit("Floor", [x])[0]], ctx.outputs)
+
+
+@register("log1p", validator=_UNARY_VALIDATOR)
+def _log1p(ctx: ConvContext) -> None:
+    """``log(1 + x)`` accurate for tiny x: ``log(u) * x / (u - 1)`` with ``u = 1 + x``.
+
+    The correction factor ``x / (u - 1)`` cancels the rounding of ``1 + x``
+    (Goldberg's method); ``u == 1`` gives ``x`` and ``u == inf`` gives ``inf``.
+    """
+    x = _to_f32(ctx, ctx.inputs[0])
+    rank = len(ctx.spec.in_shapes[0])
+    one = _scalar(ctx, 1.0, "float32", rank, "one")
+    u = ctx.emit("Add", [x, one])[0]
+    d = ctx.emit("Sub", [u, one])[0]
+    r = ctx.emit("Mul", [ctx.emit("Log", [u])[0], ctx.emit("Div", [x, d])[0]])[0]
+    r = ctx.emit("Where", [ctx.emit("Equal", [d, _scalar(ctx, 0.0, "float32", rank, "zero")])[0], x, r])[0]
+    r = ctx.emit("Where", [ctx.emit("Equal", [u, _scalar(ctx, np.inf, "float32", rank, "inf")])[0], u, r])[0]
+    _from_f32(ctx, r, ctx.outputs[0])
+
+
+@register("expm1", validator=_UNARY_VALIDATOR)
+def _expm1(ctx: ConvContext) -> None:
+    """``exp(x) - 1`` accurate for tiny x: ``(u - 1) * x / log(u)`` with ``u = exp(x)`` (Kahan).
+
+    ``u == 1`` gives ``x``; ``u - 1 == -1`` gives ``-1``; ``u == inf`` gives ``inf``.
+    """
+    x = _to_f32(ctx, ctx.inputs[0])
+    rank = len(ctx.spec.in_shapes[0])
+    one = _scalar(ctx, 1.0, "float32", rank, "one")
+    minus_one = _scalar(ctx, -1.0, "float32", rank, "minus_one")
+    u = ctx.emit("Exp", [x])[0]
+    um1 = ctx.emit("Sub", [u, one])[0]
+    r = ctx.emit("Mul", [um1, ctx.emit("Div", [x, ctx.emit("Log", [u])[0]])[0]])[0]
+    r = ctx.emit("Where", [ctx.emit("Equal", [um1, minus_one])[0], minus_one, r])[0]
+    r = ctx.emit("Where", [ctx.emit("Equal", [u, one])[0], x, r])[0]
+    r = ctx.emit("Where", [ctx.emit("Equal", [u, _scalar(ctx, np.inf, "float32", rank, "inf")])[0], u, r])[0]
+    _from_f32(ctx, r, ctx.outputs[0])
+
+
+@register("hard_sigmoid", validator=_UNARY_VALIDATOR)
+def _hard_sigmoid(ctx: ConvContext) -> None:
+    """``clip(alpha * x + beta, 0, 1)``."""
+    s = ctx.spec
+    ctx.emit("HardSigmoid", ctx.inputs[:1], ctx.outputs, alpha=float(s.float_("alpha", 0.2)), beta=float(s.float_("beta", 0.5)))  # type: ignore[arg-type]
+
+
+@register("logical_not", validator=_UNARY_VALIDATOR)
+def _logical_not(ctx: ConvContext) -> None:
+    """``x == 0`` as 0/1 in the input dtype."""
+    zero = _scalar(ctx, 0, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "zero")
+    _bool_to(ctx, ctx.emit("Equal", [ctx.inputs[0], zero])[0], ctx.outputs[0])
+
+
+_CAST_INPUTS = FLOAT_DTYPES + ("int32", "uint8")
+
+
+def _check_cast(spec: OpSpec) -> Optional[str]:
+    target = spec.str_("dtype")
+    if target not in FLOAT_DTYPES:
+        return f"Cast to {target} is not supported (only {', '.join(FLOAT_DTYPES)}: float-to-int rounding differs between backends)"
+    if spec.out_dtypes[0] != target:
+        return f"inferred output dtype {spec.out_dtypes[0]} differs from dtype={target}"
+    return _check_dtypes(spec, _CAST_INPUTS, outputs=False)
+
+
+@register("Cast", "cast", validator=_validator(_check_cast, dtypes=None))
+def _cast_op(ctx: ConvContext) -> None:
+    """Cast to float32/float16 (round to nearest even, as MXNet's GPU conversion)."""
+    if ctx.spec.in_dtypes[0] == ctx.spec.out_dtypes[0]:
+        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+    else:
+        _cast(ctx, ctx.inputs[0], ctx.spec.out_dtypes[0], ctx.outputs[0])
+
+
+@register("_contrib_div_sqrt_dim", validator=_UNARY_VALIDATOR)
+def _div_sqrt_dim(ctx: ConvContext) -> None:
+    """``x / DType(sqrt(double(last dim)))``."""
+    d = ctx.spec.in_shapes[0][-1]
+    c = _scalar(ctx, math.sqrt(float(d)), ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "sqrt_dim")
+    ctx.emit("Div", [ctx.inputs[0], c], ctx.outputs)
+
+
+# ----------------------------------------------------------------------------------------
+# Reshape family
+# ----------------------------------------------------------------------------------------
+def _check_size_kept(spec: OpSpec) -> Optional[str]:
+    if int(np.prod(spec.in_shapes[0])) != int(np.prod(spec.out_shapes[0])):
+        return f"cannot reshape {spec.in_shapes[0]} to {spec.out_shapes[0]}"
+    return None
+
+
+def _reshape_target(spec: OpSpec) -> List[int]:
+    """The ONNX Reshape target for MXNet's Reshape.
+
+    MXNet's codes 0 (copy) and -1 (infer) mean the same in ONNX when no other special
+    code, ``reverse`` or legacy ``target_shape`` is involved; then the codes are kept so
+    that the batch dimension may vary. Otherwise the target is MXNet's inferred shape.
+    """
+    ishape, oshape = tuple(spec.in_shapes[0]), tuple(spec.out_shapes[0])
+    codes = spec.ints("shape", ()) or ()
+    legacy = spec.ints("target_shape", ()) or ()
+    if codes and not legacy and not spec.bool_("reverse") and len(codes) == len(oshape):
+        if all(c > 0 or c in (0, -1) for c in codes) and list(codes).count(-1) <= 1:
+            if all(i < len(ishape) for i, c in enumerate(codes) if c == 0):
+                known = [ishape[i] if c == 0 else c for i, c in enumerate(codes)]
+                if -1 in codes:
+                    rest = int(np.prod([k for k in known if k != -1]))
+                    known = [int(np.prod(ishape)) // rest if k == -1 else k for k in known]
+                if tuple(known) == oshape:
+                    return list(codes)
+    return list(oshape)
+
+
+@register("Reshape", "reshape", validator=_validator(_check_size_kept, dtypes=_MOVE_DTYPES))
+def _reshape_op(ctx: ConvContext) -> None:
+    """Reshape with any of MXNet's special codes (0, -1, -2, -3, -4, reverse)."""
+    _reshape(ctx, ctx.inputs[0], _reshape_target(ctx.spec), ctx.outputs[0])
+
+
+def _transpose_perm(spec: OpSpec) -> List[int]:
+    nd = len(spec.in_shapes[0])
+    axes = spec.ints("axes", ()) or ()
+    if not axes:
+        return list(range(nd))[::-1]
+    if any(a < 0 for a in axes):
+        # MXNet's transpose indexes the shape with the raw value: negative axes fail.
+        raise ConversionError(f"transpose axes {tuple(axes)} contain negative values, which MXNet 1.9 does not support")
+    if sorted(axes) != list(range(nd)):
+        raise ConversionError(f"transpose axes {tuple(axes)} are not a permutation of {nd} dimensions")
+    return list(axes)
+
+
+def _check_transpose(spec: OpSpec) -> Optional[str]:
+    perm = _transpose_perm(spec)
+    return _expect_shape(spec, [spec.in_shapes[0][p] for p in perm])
+
+
+@register("transpose", validator=_validator(_check_transpose, dtypes=_MOVE_DTYPES))
+def _transpose(ctx: ConvContext) -> None:
+    """Transpose; empty ``axes`` reverses the dimensions."""
+    ctx.emit("Transpose", ctx.inputs[:1], ctx.outputs, perm=_transpose_perm(ctx.spec))
+
+
+def _swap_perm(spec: OpSpec) -> List[int]:
+    nd = len(spec.in_shapes[0])
+    d1 = _norm_axis(spec.int_("dim1", 0) or 0, nd, "dim1")
+    d2 = _norm_axis(spec.int_("dim2", 0) or 0, nd, "dim2")
+    perm = list(range(nd))
+    perm[d1], perm[d2] = perm[d2], perm[d1]
+    return perm
+
+
+def _check_swap(spec: OpSpec) -> Optional[str]:
+    perm = _swap_perm(spec)
+    return _expect_shape(spec, [spec.in_shapes[0][p] for p in perm])
+
+
+@register("SwapAxis", "swapaxes", validator=_validator(_check_swap, dtypes=_MOVE_DTYPES))
+def _swapaxis(ctx: ConvContext) -> None:
+    """Swap two axes (negative axes allowed)."""
+    ctx.emit("Transpose", ctx.inputs[:1], ctx.outputs, perm=_swap_perm(ctx.spec))
+
+
+def _expand_axis(spec: OpSpec) -> int:
+    nd = len(spec.in_shapes[0])
+    axis = spec.int_("axis")
+    if axis is None:
+        raise ConversionError("expand_dims needs an axis")
+    return _norm_axis(axis, nd + 1)
+
+
+def _check_expand_dims(spec: OpSpec) -> Optional[str]:
+    ax = _expand_axis(spec)
+    s = list(spec.in_shapes[0])
+    return _expect_shape(spec, s[:ax] + [1] + s[ax:])
+
+
+@register("expand_dims", validator=_validator(_check_expand_dims, dtypes=_MOVE_DTYPES))
+def _expand_dims(ctx: ConvContext) -> None:
+    """Insert a size-1 axis; ``axis`` ranges over ``[-ndim-1, ndim]``."""
+    _unsqueeze(ctx, ctx.inputs[0], [_expand_axis(ctx.spec)], ctx.outputs[0])
+
+
+def _squeeze_axes(spec: OpSpec) -> List[int]:
+    ishape = spec.in_shapes[0]
+    nd = len(ishape)
+    axis = spec.tuple_("axis")
+    if axis is None:
+        return [i for i, d in enumerate(ishape) if d == 1]
+    axes = [_norm_axis(int(a), nd) for a in axis]
+    if len(set(axes)) != len(axes):
+        raise ConversionError(f"squeeze axis {tuple(axis)} has duplicates")
+    for a in axes:
+        if ishape[a] != 1:
+            raise ConversionError(f"cannot squeeze axis {a} of size {ishape[a]}")
+    return sorted(axes)
+
+
+def _check_squeeze(spec: OpSpec) -> Optional[str]:
+    axes = _squeeze_axes(spec)
+    kept = [d for i, d in enumerate(spec.in_shapes[0]) if i not in axes]
+    return _expect_shape(spec, kept or [1])
+
+
+@register("squeeze", validator=_validator(_check_squeeze, dtypes=_MOVE_DTYPES))
+def _squeeze_op(ctx: ConvContext) -> None:
+    """Squeeze; MXNet never returns rank 0 (all-ones squeeze to shape (1,))."""
+    axes = _squeeze_axes(ctx.spec)
+    if not axes:
+        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+    elif len(axes) == len(ctx.spec.in_shapes[0]):
+        _reshape(ctx, ctx.inputs[0], ctx.spec.out_shapes[0], ctx.outputs[0])
+    else:
+        _squeeze(ctx, ctx.inputs[0], axes, ctx.outputs[0])
+
+
+# ----------------------------------------------------------------------------------------
+# Slicing, splitting, joining
+# ----------------------------------------------------------------------------------------
+_SlicePlan = List[Tuple[int, int, int, int]]  # (axis, begin, end, step); end -1 = before 0
+
+
+def _slice_range(length: int, b: Optional[int], e: Optional[int], s: int) -> Tuple[int, int, int]:
+    """MXNet's GetIndexRange for one axis: normalised begin, end, and the output size."""
+    if s == 0:
+        raise ConversionError("slice step cannot be 0")
+    bb = b if b is not None else (length - 1 if s < 0 else 0)
+    ee = e if e is not None else (-1 if s < 0 else length)
+    if bb < 0:
+        bb += length
+    if ee < 0 and e is not None:
+        ee += length
+    bb = 0 if (bb < 0 and s > 0) else bb
+    bb = length - 1 if (bb > length - 1 and s < 0) else bb
+    bb = -1 if (bb < 0 or bb > length - 1) else bb
+    ee = max(ee, -1)
+    ee = min(ee, length)
+    if ee == bb or bb < 0:
+        size = 0
+    elif s > 0:
+        size = (ee - bb - 1) // s + 1 if ee > bb else 0
+    else:
+        size = (bb - ee - 1) // (-s) + 1 if ee < bb else 0
+    return bb, ee, size
+
+
+def _slice_plan(spec: OpSpec) -> Tuple[_SlicePlan, List[int]]:
+    ishape = spec.in_shapes[0]
+    begin = spec.tuple_("begin", ()) or ()
+    end = spec.tuple_("end", ()) or ()
+    step = spec.tuple_("step", ()) or ()
+    if len(begin) != len(end):
+        raise ConversionError(f"begin {begin} and end {end} have different lengths")
+    if step and len(step) != len(begin):
+        raise ConversionError(f"step {step} and begin {begin} have different lengths")
+    if len(begin) > len(ishape):
+        raise ConversionError(f"slice has {len(begin)} axes but the input only {len(ishape)}")
+    plan: _SlicePlan = []
+    shape = list(ishape)
+    for i in range(len(begin)):
+        s = step[i] if step and step[i] is not None else 1
+        b, e, size = _slice_range(ishape[i], begin[i], end[i], int(s))
+        shape[i] = size
+        if (b, e, s) != (0, ishape[i], 1):
+            plan.append((i, b, e, int(s)))
+    return plan, shape
+
+
+def _emit_slice_plan(ctx: ConvContext, x: str, plan: _SlicePlan, ishape: Shape, out: str) -> None:
+    # ONNX reads a negative end as counting from the back; "before index 0" for a
+    # negative step is any end <= -dim-1, which clamps to -1.
+    ends = [e if e >= 0 else -(ishape[a] + 1) for a, _, e, _ in plan]
+    _slice(ctx, x, [p[0] for p in plan], [p[1] for p in plan], ends, [p[3] for p in plan], out)
+
+
+def _check_slice(spec: OpSpec) -> Optional[str]:
+    return _expect_shape(spec, _slice_plan(spec)[1])
+
+
+@register("slice", "crop", validator=_validator(_check_slice, dtypes=_MOVE_DTYPES))
+def _slice_op(ctx: ConvContext) -> None:
+    """slice with begin/end/step (None entries, negative indices and steps)."""
+    plan, _ = _slice_plan(ctx.spec)
+    _emit_slice_plan(ctx, ctx.inputs[0], plan, ctx.spec.in_shapes[0], ctx.outputs[0])
+
+
+def _slice_axis_plan(spec: OpSpec) -> Tuple[_SlicePlan, List[int]]:
+    ishape = spec.in_shapes[0]
+    axis = _norm_axis(spec.int_("axis", 0) or 0, len(ishape))
+    n = ishape[axis]
+    b = spec.int_("begin", 0) or 0
+    e = spec.int_("end")
+    b = b + n if b < 0 else b
+    e = n if e is None else (e + n if e < 0 else e)
+    if not 0 <= b < e <= n:
+        raise ConversionError(f"invalid slice_axis range [{b}, {e}) for axis of size {n}")
+    shape = list(ishape)
+    shape[axis] = e - b
+    plan = [] if (b, e) == (0, n) else [(axis, b, e, 1)]
+    return plan, shape
+
+
+def _check_slice_axis(spec: OpSpec) -> Optional[str]:
+    return _expect_shape(spec, _slice_axis_plan(spec)[1])
+
+
+@register("slice_axis", validator=_validator(_check_slice_axis, dtypes=_MOVE_DTYPES))
+def _slice_axis(ctx: ConvContext) -> None:
+    """slice_axis(axis, begin, end=None), negative indices allowed."""
+    plan, _ = _slice_axis_plan(ctx.spec)
+    _emit_slice_plan(ctx, ctx.inputs[0], plan, ctx.spec.in_shapes[0], ctx.outputs[0])
+
+
+def _check_slice_like(spec: OpSpec) -> Optional[str]:
+    ishape, oshape = spec.in_shapes[0], spec.out_shapes[0]
+    if len(ishape) != len(oshape) or any(o > i for i, o in zip(ishape, oshape)):
+        return f"slice_like output {oshape} is not a prefix box of input {ishape}"
+    return _check_dtypes(spec, _MOVE_DTYPES, inputs=[0])
+
+
+@register("slice_like", validator=_validator(_check_slice_like, dtypes=None))
+def _slice_like(ctx: ConvContext) -> None:
+    """Slice ``[0, like.shape[a])`` on the selected axes: the static output shape says which."""
+    ishape, oshape = ctx.spec.in_shapes[0], ctx.spec.out_shapes[0]
+    axes = [a for a in range(len(ishape)) if ishape[a] != oshape[a]]
+    _slice(ctx, ctx.inputs[0], axes, [0] * len(axes), [oshape[a] for a in axes], [1] * len(axes), ctx.outputs[0])
+
+
+def _split_sizes(spec: OpSpec) -> Tuple[int, List[int], bool]:
+    """Axis, section sizes and squeeze flag of SliceChannel / _split_v2."""
+    ishape = spec.in_shapes[0]
+    axis = _norm_axis(spec.int_("axis", 1) if spec.has("axis") else 1, len(ishape))  # type: ignore[arg-type]
+    squeeze = spec.bool_("squeeze_axis")
+    n = ishape[axis]
+    if spec.op == "_split_v2":
+        sections = spec.int_("sections", 0) or 0
+        if sections > 0:
+            base, extra = divmod(n, sections)
+            sizes = [base + 1 if i < extra else base for i in range(sections)]
+        else:
+            idx = [int(v) for v in (spec.tuple_("indices", ()) or ())]
+            if not idx or idx[0] != 0:
+                raise ConversionError(f"split_v2 indices {tuple(idx)} must start at 0")
+            bounds = idx + [n]
+            sizes = [bounds[i + 1] - bounds[i] for i in range(len(idx))]
+    else:
+        k = spec.int_("num_outputs", 1) or 1
+        if n % k:
+            raise ConversionError(f"axis of size {n} does not split into {k} equal parts")
+        sizes = [n // k] * k
+    if any(s <= 0 for s in sizes):
+        raise ConversionError(f"split sections {sizes} include an empty one")
+    if squeeze and any(s != 1 for s in sizes):
+        raise ConversionError("squeeze_axis needs sections of size 1")
+    return axis, sizes, squeeze
+
+
+def _check_split(spec: OpSpec) -> Optional[str]:
+    axis, sizes, squeeze = _split_sizes(spec)
+    if len(sizes) != len(spec.out_shapes):
+        return f"{len(sizes)} sections but {len(spec.out_shapes)} outputs"
+    for k, size in enumerate(sizes):
+        shape = list(spec.in_shapes[0])
+        if squeeze:
+            del shape[axis]
+        else:
+            shape[axis] = size
+        reason = _expect_shape(spec, shape, k)
+        if reason:
+            return reason
+    return None
+
+
+@register("SliceChannel", "split", "_split_v2", validator=_validator(_check_split, dtypes=_MOVE_DTYPES))
+def _split(ctx: ConvContext) -> None:
+    """Split into sections along ``axis``, optionally squeezing it (one output per section)."""
+    axis, sizes, squeeze = _split_sizes(ctx.spec)
+    if len(sizes) == 1:
+        parts = [ctx.inputs[0]]
+    else:
+        parts = [ctx.tmp("part") for _ in sizes] if squeeze else list(ctx.outputs)
+        ctx.emit("Split", [ctx.inputs[0], _i64(ctx, sizes, "split")], parts, axis=axis)
+    for p, o in zip(parts, ctx.outputs):
+        if squeeze:
+            _squeeze(ctx, p, [axis], o)
+        elif p != o:
+            _identity(ctx, p, o)
+
+
+def _stack_axis(spec: OpSpec) -> int:
+    return _norm_axis(spec.int_("axis", 0) or 0, len(spec.in_shapes[0]) + 1)
+
+
+def _check_stack(spec: OpSpec) -> Optional[str]:
+    if any(tuple(s) != tuple(spec.in_shapes[0]) for s in spec.in_shapes):
+        return f"stack inputs have different shapes {list(spec.in_shapes)}"
+    ax = _stack_axis(spec)
+    s = list(spec.in_shapes[0])
+    return _same_dtypes(spec) or _expect_shape(spec, s[:ax] + [len(spec.in_shapes)] + s[ax:])
+
+
+@register("stack", validator=_validator(_check_stack, dtypes=_MOVE_DTYPES))
+def _stack(ctx: ConvContext) -> None:
+    """Unsqueeze every input at ``axis`` and concatenate."""
+    ax = _stack_axis(ctx.spec)
+    parts = [_unsqueeze(ctx, x, [ax]) for x in ctx.inputs]
+    if len(parts) == 1:
+        _identity(ctx, parts[0], ctx.outputs[0])
+    else:
+        ctx.emit("Concat", parts, ctx.outputs, axis=ax)
+
+
+def _reverse_axes(spec: OpSpec) -> List[int]:
+    nd = len(spec.in_shapes[0])
+    axes = spec.ints("axis", ()) or ()
+    for a in axes:
+        if a < 0 or a >= nd:
+            # MXNet 1.9's reverse indexes the shape with the raw value: negative axes fail.
+            raise ConversionError(f"reverse axis {a} is not in [0, {nd}) (MXNet 1.9 rejects negative axes)")
+    # Reversing an axis twice restores it, as MXNet's kernel does.
+    return [a for a in sorted(set(axes)) if list(axes).count(a) % 2 == 1 and spec.in_shapes[0][a] > 1]
+
+
+def _check_reverse(spec: OpSpec) -> Optional[str]:
+    _reverse_axes(spec)
+    return None
+
+
+@register("reverse", "flip", validator=_validator(_check_reverse, dtypes=_MOVE_DTYPES))
+def _reverse(ctx: ConvContext) -> None:
+    """Reverse along the given axes (a negative-step Slice)."""
+    ishape = ctx.spec.in_shapes[0]
+    axes = _reverse_axes(ctx.spec)
+    plan = [(a, ishape[a] - 1, -1, -1) for a in axes]
+    _emit_slice_plan(ctx, ctx.inputs[0], plan, ishape, ctx.outputs[0])
+
+
+# ----------------------------------------------------------------------------------------
+# Broadcasting, tiling, *_like
+# ----------------------------------------------------------------------------------------
+def _check_expandable(spec: OpSpec) -> Optional[str]:
+    ishape, oshape = spec.in_shapes[0], spec.out_shapes[0]
+    if len(ishape) != len(oshape) or any(i not in (1, o) for i, o in zip(ishape, oshape)):
+        return f"{ishape} does not broadcast to {oshape}"
+    return _check_dtypes(spec, _MOVE_DTYPES, inputs=[0])
+
+
+@register("broadcast_to", "broadcast_axis", "broadcast_axes", validator=_validator(_check_expandable, dtypes=None))
+def _broadcast_to(ctx: ConvContext) -> None:
+    """Expand to MXNet's inferred output shape (0 in ``shape`` keeps a dimension)."""
+    oshape = ctx.spec.out_shapes[0]
+    if tuple(ctx.spec.in_shapes[0]) == tuple(oshape):
+        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+    else:
+        ctx.emit("Expand", [ctx.inputs[0], _i64(ctx, oshape, "shape")], ctx.outputs)
+
+
+@register("broadcast_like", validator=_validator(_check_expandable, dtypes=None))
+def _broadcast_like(ctx: ConvContext) -> None:
+    """Expand lhs to the output shape; without axes that is rhs's runtime shape."""
+    oshape = ctx.spec.out_shapes[0]
+    if tuple(ctx.spec.in_shapes[1]) == tuple(oshape):
+        target = ctx.emit("Shape", [ctx.inputs[1]])[0]
+    else:
+        target = _i64(ctx, oshape, "shape")
+    ctx.emit("Expand", [ctx.inputs[0], target], ctx.outputs)
+
+
+def _tile_reps(spec: OpSpec) -> Tuple[List[int], List[int]]:
+    """Input shape promoted to the output rank, and reps of the same length."""
+    ishape = list(spec.in_shapes[0])
+    reps = [int(r) for r in (spec.ints("reps", ()) or ())]
+    if not reps:
+        return ishape, [1] * len(ishape)
+    nd = max(len(ishape), len(reps))
+    return [1] * (nd - len(ishape)) + ishape, [1] * (nd - len(reps)) + reps
+
+
+def _check_tile(spec: OpSpec) -> Optional[str]:
+    shape, reps = _tile_reps(spec)
+    return _expect_shape(spec, [d * r for d, r in zip(shape, reps)])
+
+
+@register("tile", validator=_validator(_check_tile, dtypes=_MOVE_DTYPES))
+def _tile(ctx: ConvContext) -> None:
+    """Tile; a shorter input is promoted by prepending axes, shorter reps by prepending 1s."""
+    shape, reps = _tile_reps(ctx.spec)
+    x = ctx.inputs[0]
+    if len(shape) != len(ctx.spec.in_shapes[0]):
+        x = _reshape(ctx, x, shape)
+    if all(r == 1 for r in reps):
+        _identity(ctx, x, ctx.outputs[0])
+    else:
+        ctx.emit("Tile", [x, _i64(ctx, reps, "reps")], ctx.outputs)
+
+
+def _check_repeat(spec: OpSpec) -> Optional[str]:
+    r = spec.int_("repeats")
+    if r is None or r < 1:
+        return f"repeats={r} is not a positive integer"
+    ishape = list(spec.in_shapes[0])
+    axis = spec.int_("axis")
+    if axis is None:
+        return _expect_shape(spec, [int(np.prod(ishape)) * r])
+    ax = _norm_axis(axis, len(ishape))
+    ishape[ax] *= r
+    return _expect_shape(spec, ishape)
+
+
+@register("repeat", validator=_validator(_check_repeat, dtypes=_MOVE_DTYPES))
+def _repeat(ctx: ConvContext) -> None:
+    """Repeat each element: unsqueeze after the axis, expand it to ``repeats``, merge."""
+    ishape = list(ctx.spec.in_shapes[0])
+    r = int(ctx.spec.int_("repeats") or 1)
+    axis = ctx.spec.int_("axis")
+    x = ctx.inputs[0]
+    if axis is None:
+        ishape = [int(np.prod(ishape))]
+        ax = 0
+        if len(ctx.spec.in_shapes[0]) != 1:
+            x = _reshape(ctx, x, ishape)
+    else:
+        ax = _norm_axis(axis, len(ishape))
+    if r == 1:
+        _identity(ctx, x, ctx.outputs[0])
+        return
+    wide = ishape[: ax + 1] + [r] + ishape[ax + 1 :]
+    y = ctx.emit("Expand", [_unsqueeze(ctx, x, [ax + 1]), _i64(ctx, wide, "shape")])[0]
+    _reshape(ctx, y, ctx.spec.out_shapes[0], ctx.outputs[0])
+
+
+def _make_fill(value: float) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        shape = ctx.emit("Shape", [ctx.inputs[0]])[0]
+        fill = np.array([value], dtype=np.dtype(ctx.spec.out_dtypes[0]))
+        ctx.emit("ConstantOfShape", [shape], ctx.outputs, value=fill)
+
+    convert.__doc__ = f"A tensor of {value} with the input's shape (ConstantOfShape of Shape)."
+    return convert
+
+
+register("zeros_like", validator=_MOVE)(_make_fill(0.0))
+register("ones_like", validator=_MOVE)(_make_fill(1.0))
+
+
+# ----------------------------------------------------------------------------------------
+# Indexing: where, take
+# ----------------------------------------------------------------------------------------
+def _check_where(spec: OpSpec) -> Optional[str]:
+    cshape, xshape, yshape = (tuple(s) for s in spec.in_shapes)
+    if xshape != yshape:
+        return f"x {xshape} and y {yshape} differ in shape"
+    if cshape != xshape and not (len(cshape) == 1 and cshape[0] == xshape[0]):
+        return f"condition shape {cshape} is neither {xshape} nor ({xshape[0]},)"
+    return (
+        _check_dtypes(spec, _MOVE_DTYPES, inputs=[0], outputs=False)
+        or _check_dtypes(spec, _MOVE_DTYPES, inputs=[1, 2])
+        or (None if spec.in_dtypes[1] == spec.in_dtypes[2] else "x and y have different dtypes")
+    )
+
+
+@register("where", validator=_validator(_check_where, dtypes=None))
+def _where(ctx: ConvContext) -> None:
+    """``cond != 0 ? x : y``; a 1-D condition selects whole rows."""
+    cshape, xshape = ctx.spec.in_shapes[0], ctx.spec.in_shapes[1]
+    c = ctx.inputs[0]
+    if len(cshape) != len(xshape):
+        c = _reshape(ctx, c, [cshape[0]] + [1] * (len(xshape) - 1))
+    cond = _nonzero(ctx, c, ctx.spec.in_dtypes[0], len(xshape))
+    ctx.emit("Where", [cond, ctx.inputs[1], ctx.inputs[2]], ctx.outputs)
+
+
+def _take_axis(spec: OpSpec) -> int:
+    return _norm_axis(spec.int_("axis", 0) or 0, len(spec.in_shapes[0]))
+
+
+def _check_take(spec: OpSpec) -> Optional[str]:
+    mode = spec.str_("mode", "clip")
+    if mode != "clip":
+        return f"take mode={mode!r} is not supported (only 'clip': 'wrap' needs an integer modulo, 'raise' raises on bad indices)"
+    ax = _take_axis(spec)
+    a, idx = list(spec.in_shapes[0]), list(spec.in_shapes[1])
+    return (
+        _check_dtypes(spec, _MOVE_DTYPES, inputs=[0])
+        or _check_dtypes(spec, FLOAT_DTYPES + ("int32",), inputs=[1], outputs=False)
+        or _expect_shape(spec, a[:ax] + idx + a[ax + 1 :])
+    )
+
+
+@register("take", validator=_validator(_check_take, dtypes=None))
+def _take(ctx: ConvContext) -> None:
+    """Gather along ``axis`` with indices clipped to ``[0, n-1]`` (mode='clip').
+
+    MXNet truncates float indices toward zero, then clips. Truncation and floor agree
+    after clipping at 0, so ``clip(floor(i))`` is exact and integral before the cast.
+    """
+    ax = _take_axis(ctx.spec)
+    n = ctx.spec.in_shapes[0][ax]
+    idx = ctx.inputs[1]
+    rank = len(ctx.spec.in_shapes[1])
+    if ctx.spec.in_dtypes[1] in FLOAT_DTYPES:
+        if ctx.spec.in_dtypes[1] == "float16":
+            idx = _cast(ctx, idx, "float32")  # the bound n-1 may not be representable in half
+        lo = ctx.const(np.array(0, np.float32), "lo")
+        hi = ctx.const(np.array(n - 1, np.float32), "hi")
+        idx = ctx.emit("Clip", [ctx.emit("Floor", [idx])[0], lo, hi])[0]
+        idx = _cast(ctx, idx, "int64")
+    else:
+        idx = ctx.emit("Max", [idx, ctx.const(np.full((1,) * rank, 0, np.int32), "lo")])[0]
+        idx = ctx.emit("Min", [idx, ctx.const(np.full((1,) * rank, n - 1, np.int32), "hi")])[0]
+    ctx.emit("Gather", [ctx.inputs[0], idx], ctx.outputs, axis=ax)
+
+
+# ----------------------------------------------------------------------------------------
+# Matrix products
+# ----------------------------------------------------------------------------------------
+def _dot_dims(spec: OpSpec) -> Tuple[Tuple[int, int], Tuple[int, int], bool, bool]:
+    """MXNet's 2-D views of dot's operands: A as (a0, a1), B as (b0, b1), and the flags."""
+    ls, rs = list(spec.in_shapes[0]), list(spec.in_shapes[1])
+    ta, tb = spec.bool_("transpose_a"), spec.bool_("transpose_b")
+    if len(ls) == 1 and len(rs) == 1 and (ta or tb):
+        raise ConversionError("dot cannot transpose vectors")
+    a = (ls[0], int(np.prod(ls[1:]))) if ta else (int(np.prod(ls[:-1])), ls[-1])
+    b = (int(np.prod(rs[:-1])), rs[-1]) if tb else (rs[0], int(np.prod(rs[1:])))
+    return a, b, ta, tb
+
+
+def _check_dot(spec: OpSpec) -> Optional[str]:
+    stype = spec.str_("forward_stype", "None")
+    if stype not in ("None", "default"):
+        return f"forward_stype={stype} (sparse output) is not supported"
+    a, b, ta, tb = _dot_dims(spec)
+    k_a = a[0] if ta else a[1]
+    k_b = b[1] if tb else b[0]
+    if k_a != k_b:
+        return f"dot inner dimensions differ ({k_a} vs {k_b})"
+    m = a[1] if ta else a[0]
+    n = b[0] if tb else b[1]
+    if m * n != int(np.prod(spec.out_shapes[0])):
+        return f"dot output {spec.out_shapes[0]} does not hold {m}x{n} values"
+    return _same_dtypes(spec)
+
+
+@register("dot", validator=_validator(_check_dot))
+def _dot(ctx: ConvContext) -> None:
+    """N-D dot: flatten to MXNet's 2-D views, one Gemm, reshape to the output shape."""
+    a, b, ta, tb = _dot_dims(ctx.spec)
+    x, y = ctx.inputs[0], ctx.inputs[1]
+    if tuple(ctx.spec.in_shapes[0]) != a:
+        x = _reshape(ctx, x, a)
+    if tuple(ctx.spec.in_shapes[1]) != b:
+        y = _reshape(ctx, y, b)
+    oshape = tuple(ctx.spec.out_shapes[0])
+    m = a[1] if ta else a[0]
+    n = b[0] if tb else b[1]
+    if oshape == (m, n):
+        ctx.emit("Gemm", [x, y], ctx.outputs, transA=int(ta), transB=int(tb))
+    else:
+        g = ctx.emit("Gemm", [x, y], transA=int(ta), transB=int(tb))[0]
+        _reshape(ctx, g, oshape, ctx.outputs[0])
+
+
+def _swap_last2(ctx: ConvContext, x: str, rank: int) -> str:
+    perm = list(range(rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return ctx.emit("Transpose", [x], perm=perm)[0]
+
+
+def _batched_matmul(ctx: ConvContext, alpha: float = 1.0) -> None:
+    rank = len(ctx.spec.in_shapes[0])
+    x, y = ctx.inputs[0], ctx.inputs[1]
+    if ctx.spec.bool_("transpose_a"):
+        x = _swap_last2(ctx, x, rank)
+    if ctx.spec.bool_("transpose_b"):
+        y = _swap_last2(ctx, y, rank)
+    if alpha == 1.0:
+        ctx.emit("MatMul", [x, y], ctx.outputs)
+    else:
+        p = ctx.emit("MatMul", [x, y])[0]
+        ctx.emit("Mul", [p, _scalar(ctx, alpha, ctx.spec.out_dtypes[0], rank, "alpha")], ctx.outputs)
+
+
+def _check_batch_dot(spec: OpSpec) -> Optional[str]:
+    ls, rs = list(spec.in_shapes[0]), list(spec.in_shapes[1])
+    if len(ls) != len(rs) or len(ls) < 3:
+        return f"batch_dot needs two inputs of equal rank >= 3, got {ls} and {rs}"
+    stype = spec.str_("forward_stype", "None")
+    if stype not in ("None", "default"):
+        return f"forward_stype={stype} (sparse output) is not supported"
+    return _check_matmul_shape(spec, ls, rs)
+
+
+def _check_matmul_shape(spec: OpSpec, ls: List[int], rs: List[int]) -> Optional[str]:
+    ta, tb = spec.bool_("transpose_a"), spec.bool_("transpose_b")
+    m, k1 = (ls[-1], ls[-2]) if ta else (ls[-2], ls[-1])
+    k2, n = (rs[-1], rs[-2]) if tb else (rs[-2], rs[-1])
+    if k1 != k2 or ls[:-2] != rs[:-2]:
+        return f"incompatible matrix shapes {ls} x {rs}"
+    return _same_dtypes(spec) or _expect_shape(spec, ls[:-2] + [m, n])
+
+
+@register("batch_dot", validator=_validator(_check_batch_dot))
+def _batch_dot(ctx: ConvContext) -> None:
+    """Batched matrix product over the last two axes."""
+    _batched_matmul(ctx)
+
+
+def _check_gemm2(spec: OpSpec) -> Optional[str]:
+    ls, rs = list(spec.in_shapes[0]), list(spec.in_shapes[1])
+    if len(ls) != len(rs) or len(ls) < 2:
+        return f"linalg_gemm2 needs two inputs of equal rank >= 2, got {ls} and {rs}"
+    axis = spec.int_("axis", -2)
+    if axis not in (-2, len(ls) - 2):
+        return f"linalg_gemm2 axis={axis} is not supported (only the default -2: rows on the second-last axis)"
+    spec.float_("alpha", 1.0)
+    return _check_matmul_shape(spec, ls, rs)
+
+
+@register("_linalg_gemm2", "linalg_gemm2", validator=_validator(_check_gemm2))
+def _gemm2(ctx: ConvContext) -> None:
+    """``alpha * op(A) @ op(B)`` over the last two axes."""
+    alpha = float(np.dtype(ctx.spec.out_dtypes[0]).type(ctx.spec.float_("alpha", 1.0)))
+    _batched_matmul(ctx, alpha)
+
+
+# ----------------------------------------------------------------------------------------
+# Search: argmax / argmin / topk
+# ----------------------------------------------------------------------------------------
+def _arg_axis(spec: OpSpec) -> Optional[int]:
+    """Normalised axis, or None for MXNet's global (flattened) search."""
+    nd = len(spec.in_shapes[0])
+    axis = 1 if spec.op == "argmax_channel" else spec.int_("axis")
+    if axis is None or nd == 1:
+        return None
+    return _norm_axis(axis, nd)
+
+
+def _check_arg(spec: OpSpec) -> Optional[str]:
+    ishape = list(spec.in_shapes[0])
+    ax = _arg_axis(spec)
+    keep = spec.op != "argmax_channel" and spec.bool_("keepdims")
+    if ax is None:
+        shape = [1] * len(ishape) if keep else [1]
+    elif keep:
+        shape = ishape[:ax] + [1] + ishape[ax + 1 :]
+    else:
+        shape = ishape[:ax] + ishape[ax + 1 :]
+    return _expect_shape(spec, shape)
+
+
+def _make_arg(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        ax = _arg_axis(ctx.spec)
+        oshape = tuple(ctx.spec.out_shapes[0])
+        x = ctx.inputs[0]
+        if ax is None:
+            if len(ctx.spec.in_shapes[0]) != 1:
+                x = _reshape(ctx, x, [int(np.prod(ctx.spec.in_shapes[0]))])
+            idx = ctx.emit(onnx_op, [x], axis=0, keepdims=1)[0]
+        else:
+            keep = ctx.spec.op != "argmax_channel" and ctx.spec.bool_("keepdims")
+            idx = ctx.emit(onnx_op, [x], axis=ax, keepdims=int(keep))[0]
+        if ax is None and oshape != (1,):
+            f = _cast(ctx, idx, ctx.spec.out_dtypes[0])
+            _reshape(ctx, f, oshape, ctx.outputs[0])
+        else:
+            _cast(ctx, idx, ctx.spec.out_dtypes[0], ctx.outputs[0])
+
+    convert.__doc__ = f"{onnx_op} (first occurrence) with MXNet's float-typed indices."
+    return convert
+
+
+register("argmax", "argmax_channel", validator=_validator(_check_arg))(_make_arg("ArgMax"))
+register("argmin", validator=_validator(_check_arg))(_make_arg("ArgMin"))
+
+_TOPK_INDEX_DTYPES = FLOAT_DTYPES + ("int32",)
+
+
+def _topk_plan(spec: OpSpec) -> Tuple[Optional[int], int, str]:
+    """(axis or None for flattened, k, ret_typ)."""
+    ishape = spec.in_shapes[0]
+    axis_s = spec.str_("axis", "-1")
+    axis = None if axis_s == "None" else _norm_axis(int(axis_s), len(ishape))  # type: ignore[arg-type]
+    n = int(np.prod(ishape)) if axis is None else ishape[axis]
+    k = spec.int_("k", 1) or 0
+    k = n if k < 1 else k
+    if k > n:
+        raise ConversionError(f"k={k} exceeds the {n} elements along the axis")
+    return axis, k, str(spec.str_("ret_typ", "indices"))
+
+
+def _check_topk(spec: OpSpec) -> Optional[str]:
+    axis, k, ret = _topk_plan(spec)
+    if ret not in ("value", "indices", "both"):
+        return f"topk ret_typ={ret!r} is not supported (only value, indices, both)"
+    if k > _TRT_MAX_TOPK:
+        return f"k={k} exceeds TensorRT's TopK limit of {_TRT_MAX_TOPK}"
+    dt = spec.str_("dtype", "float32")
+    if ret != "value" and dt not in _TOPK_INDEX_DTYPES:
+        return f"topk index dtype {dt} is not supported ({', '.join(_TOPK_INDEX_DTYPES)})"
+    ishape = list(spec.in_shapes[0])
+    shape = [k] if axis is None else ishape[:axis] + [k] + ishape[axis + 1 :]
+    for i in range(len(spec.out_shapes)):
+        reason = _expect_shape(spec, shape, i)
+        if reason:
+            return reason
+    return _check_dtypes(spec, FLOAT_DTYPES, outputs=False)
+
+
+@register("topk", validator=_validator(_check_topk, dtypes=None))
+def _topk(ctx: ConvContext) -> None:
+    """Top-k values and/or indices, sorted; ties keep the lower index first.
+
+    MXNet's CPU sort is unstable on ties, its GPU sort stable (lower index first).
+    """
+    axis, k, ret = _topk_plan(ctx.spec)
+    x = ctx.inputs[0]
+    if axis is None:
+        x = _reshape(ctx, x, [int(np.prod(ctx.spec.in_shapes[0]))])
+        axis = 0
+    largest = 0 if ctx.spec.bool_("is_ascend") else 1
+    values, indices = ctx.tmp("values"), ctx.tmp("indices")
+    ctx.emit("TopK", [x, _i64(ctx, [k], "k")], [values, indices], axis=axis, largest=largest, sorted=1)
+    idx_dtype = str(ctx.spec.str_("dtype", "float32"))
+    if ret == "value":
+        _identity(ctx, values, ctx.outputs[0])
+    elif ret == "indices":
+        _cast(ctx, indices, idx_dtype, ctx.outputs[0])
+    else:
+        _identity(ctx, values, ctx.outputs[0])
+        _cast(ctx, indices, idx_dtype, ctx.outputs[1])
+
+
+# ----------------------------------------------------------------------------------------
+# Reductions
+# ----------------------------------------------------------------------------------------
+def _reduce_axes(spec: OpSpec, allow_exclude: bool = True) -> List[int]:
+    """The reduced axes (sorted), following MXNet's ReduceAxesShapeImpl."""
+    nd = len(spec.in_shapes[0])
+    axis = spec.tuple_("axis")
+    if not axis:
+        return list(range(nd))  # None or (): reduce everything, exclude notwithstanding
+    axes = sorted(_norm_axis(int(a), nd) for a in axis)
+    if len(set(axes)) != len(axes):
+        raise ConversionError(f"reduction axes {tuple(axis)} have duplicates")
+    if allow_exclude and spec.bool_("exclude"):
+        return [a for a in range(nd) if a not in axes]
+    return axes
+
+
+def _reduced_shape(spec: OpSpec, axes: Sequence[int]) -> List[int]:
+    ishape = list(spec.in_shapes[0])
+    if spec.bool_("keepdims"):
+        return [1 if i in axes else d for i, d in enumerate(ishape)]
+    kept = [d for i, d in enumerate(ishape) if i not in axes]
+    return kept or [1]
+
+
+def _emit_reduction(ctx: ConvContext, op: str, axes: Sequence[int]) -> None:
+    ishape = list(ctx.spec.in_shapes[0])
+    oshape = list(ctx.spec.out_shapes[0])
+    if not axes:
+        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
+        return
+    kept_dims = [1 if i in axes else d for i, d in enumerate(ishape)]
+    squeezed = [d for i, d in enumerate(ishape) if i not in axes]
+    if oshape == kept_dims:
+        _reduce(ctx, op, ctx.inputs[0], axes, True, ctx.outputs[0])
+    elif oshape == squeezed:
+        _reduce(ctx, op, ctx.inputs[0], axes, False, ctx.outputs[0])
+    else:  # everything reduced without keepdims: MXNet returns shape (1,)
+        r = _reduce(ctx, op, ctx.inputs[0], axes, True)
+        _reshape(ctx, r, oshape, ctx.outputs[0])
+
+
+def _check_reduce(spec: OpSpec) -> Optional[str]:
+    return _expect_shape(spec, _reduced_shape(spec, _reduce_axes(spec)))
+
+
+_REDUCE: Dict[Tuple[str, ...], str] = {
+    ("sum", "sum_axis"): "ReduceSum",
+    ("mean",): "ReduceMean",
+    ("prod",): "ReduceProd",
+    ("max", "max_axis"): "ReduceMax",
+    ("min", "min_axis"): "ReduceMin",
+}
+
+
+def _make_reduce(onnx_op: str) -> Callable[[ConvContext], None]:
+    def convert(ctx: ConvContext) -> None:
+        _emit_reduction(ctx, onnx_op, _reduce_axes(ctx.spec))
+
+    convert.__doc__ = f"{onnx_op} over MXNet's axes (None/int/tuple, negative, exclude, keepdims)."
+    return convert
+
+
+for _names, _onnx_op in _REDUCE.items():
+    register(*_names, validator=_validator(_check_reduce))(_make_reduce(_onnx_op))
+
+
+def _check_norm(spec: OpSpec) -> Optional[str]:
+    ord_ = spec.int_("ord", 2)
+    if ord_ not in (1, 2):
+        return f"norm ord={ord_} is not supported (MXNet supports only 1 and 2)"
+    out_dtype = spec.str_("out_dtype", "None")
+    if out_dtype not in ("None", spec.in_dtypes[0]):
+        return f"norm out_dtype={out_dtype} differs from the input dtype {spec.in_dtypes[0]}"
+    return _expect_shape(spec, _reduced_shape(spec, _reduce_axes(spec, allow_exclude=False)))
+
+
+@register("norm", validator=_validator(_check_norm))
+def _norm(ctx: ConvContext) -> None:
+    """L1 (sum of |x|) or L2 (sqrt of sum of squares) over the axes; MXNet has no matrix norms."""
+    op = "ReduceL1" if ctx.spec.int_("ord", 2) == 1 else "ReduceL2"
+    _emit_reduction(ctx, op, _reduce_axes(ctx.spec, allow_exclude=False))
+
+
+# ----------------------------------------------------------------------------------------
+# Shape queries
+# ----------------------------------------------------------------------------------------
+def _check_shape_query(spec: OpSpec) -> Optional[str]:
+    if spec.out_dtypes[0] != "int64":
+        return f"output dtype {spec.out_dtypes[0]} is not int64"
+    return _check_dtypes(spec, _MOVE_DTYPES, outputs=False)
+
+
+@register("shape_array", validator=_validator(_check_shape_query, dtypes=None))
+def _shape_array(ctx: ConvContext) -> None:
+    """The input's shape as an int64 vector."""
+    ctx.emit("Shape", ctx.inputs[:1], ctx.outputs)
+
+
+@register("size_array", validator=_validator(_check_shape_query, dtypes=None))
+def _size_array(ctx: ConvContext) -> None:
+    """The input's element count as an int64 vector of shape (1,)."""
+    _reshape(ctx, ctx.emit("Size", ctx.inputs[:1])[0], [1], ctx.outputs[0])

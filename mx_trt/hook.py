@@ -19,7 +19,7 @@ ENV_SWITCH = ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT")
 
 _local = threading.local()
 _patched = False
-_lock = threading.Lock()
+_lock = threading.RLock()  # install() may re-enter through the start-up hook
 _original_simple_bind: Optional[Any] = None
 _original_copy_params: Optional[Any] = None
 

@@ -99,10 +99,9 @@ def symbol_to_graph(
         except mx.base.MXNetError as exc:
             raise ShapeError(f"MXNet cannot infer shapes from {shapes}: {str(exc).splitlines()[0]}") from exc
         for e, s in zip(entries, out_shapes or []):
+            # MXNet 1.x has no rank-0 tensors: () and zeros mean "unknown".
             if s is not None and len(s) > 0 and all(d > 0 for d in s):
                 graph.shapes[e] = tuple(int(d) for d in s)
-            elif s is not None and len(s) == 0:
-                graph.shapes[e] = ()
     type_dict = {k: np.dtype(v) for k, v in (dtypes or {}).items()}
     # Variables without a dtype default to float32, as simple_bind does.
     try:

@@ -70,9 +70,16 @@ def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str,
     from mx_trt.onnx_export import export_subgraph
     from passes.ir import Entry
 
+    from mx_trt.converters.registry import check
+    from mx_trt.onnx_export import op_spec
+
     g = symbol_to_graph(sym, shapes, dtypes)
     weights = {k: v.asnumpy() for k, v in {**args, **aux}.items()}
     ops = g.op_nodes()
+    for nid in ops:
+        # A conversion counts only if the op's validator accepts it, as at bind time.
+        reason = check(op_spec(g, nid, weights))
+        assert reason is None, f"validator rejects {g.nodes[nid].op} {g.nodes[nid].name!r}: {reason}"
     in_entries = [Entry(n.id, 0) for n in g.nodes if n.is_variable and n.name in inputs and any(
         e.node == n.id for m in g.nodes for e in m.inputs)]
     exported = export_subgraph(g, ops, in_entries, list(g.heads), weights)

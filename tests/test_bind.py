@@ -126,8 +126,9 @@ def test_memory_only_for_native_nodes(monkeypatch):
     # Weights inside engines are not allocated by the executor; native ones are.
     x = mx.sym.var("data")
     bn = mx.sym.BatchNorm(userops.square(conv_relu(x, "a"), "sq"), name="bn")
-    s = mx.sym.FullyConnected(bn, num_hidden=3, name="fc")
+    s = mx.sym.Activation(mx.sym.FullyConnected(bn, num_hidden=3, name="fc"), act_type="tanh", name="fc_tanh")
     monkeypatch.setenv("MXNET_TENSORRT_EXCLUDE_OPS", "BatchNorm")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
     exe = compare(s, SHAPES, monkeypatch)
     assert sorted(exe.arg_dict) == ["bn_beta", "bn_gamma", "data"]
     assert sorted(exe.aux_dict) == ["bn_moving_mean", "bn_moving_var"]

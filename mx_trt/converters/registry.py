@@ -233,17 +233,17 @@ FLOAT_DTYPES = ("float32", "float16")
 def check(spec: OpSpec) -> Optional[str]:
     """Decide whether ``spec`` converts. Returns ``None`` or the reason it does not.
 
-    Generic rules first (a converter exists, shapes are known, float dtypes), then
-    the op's own validators. A validator that raises is reported as a reason.
+    Generic rules first (a converter exists, shapes are known), then the op's own
+    validators (which check dtypes). The bind pass adds the engine-wide dtype rule. A validator that raises is reported as a reason.
     """
     entry = lookup(spec.op)
     if entry is None:
         return f"no converter for operator {spec.op}"
     for i, s in enumerate(spec.in_shapes):
-        if s is None or any(d <= 0 for d in s):
+        if not s or any(d <= 0 for d in s):
             return f"input {i} has an unknown shape {s}"
     for i, s in enumerate(spec.out_shapes):
-        if s is None or any(d <= 0 for d in s):
+        if not s or any(d <= 0 for d in s):
             return f"output {i} has an unknown or empty shape {s}"
     for v in entry.validators:
         try:

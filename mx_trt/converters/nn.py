@@ -1,9 +1,114 @@
-"""Converters for neural-network operators (convolution, pooling, normalisation, dense, activations, softmax)."""
+"""Converters for neural-network operators (convolution, pooling, normalisation, dense, activations, softmax).
+
+Every converter reproduces MXNet 1.9.1's *inference* semantics (``is_train=False``)
+with plain opset-17 ONNX operators that both ONNX Runtime and TensorRT's ONNX
+parser accept. Whatever cannot be reproduced exactly is refused by the op's
+validator with the reason.
+
+Reshapes never bake the batch dimension into a constant (they use ``0`` = copy),
+so the exported graphs stay valid with a dynamic batch.
+"""
 from __future__ import annotations
 
-from typing import Optional
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .registry import ConvContext, OpSpec, register
+import numpy as np
+
+from ..errors import ConversionError
+from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
+
+Shape = Tuple[int, ...]
+
+# MXNet's SELU constants (src/operator/mshadow_op.h).
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_LAMBDA = 1.0507009873554804934193349852946
+_CHANNEL_FIRST = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+# -- shared helpers ---------------------------------------------------------------------
+
+
+def _int(spec: OpSpec, key: str, default: int) -> int:
+    v = spec.int_(key, default)
+    return default if v is None else v
+
+
+def _float(spec: OpSpec, key: str, default: float) -> float:
+    v = spec.float_(key, default)
+    return default if v is None else v
+
+
+def _str(spec: OpSpec, key: str, default: str) -> str:
+    v = spec.str_(key, default)
+    return default if v is None else v
+
+
+def _check_float(spec: OpSpec, i: int = 0) -> Optional[str]:
+    dt = spec.in_dtypes[i]
+    if dt not in FLOAT_DTYPES:
+        return f"input {i} has dtype {dt}; only {'/'.join(FLOAT_DTYPES)} are supported"
+    return None
+
+
+def _dtype(spec: OpSpec, i: int = 0) -> np.dtype:
+    return np.dtype(spec.in_dtypes[i])
+
+
+def _scalar(ctx: ConvContext, value: float, hint: str, i: int = 0) -> str:
+    """A 0-d constant in the dtype of input ``i`` (ONNX wants matching dtypes)."""
+    return ctx.const(np.asarray(value, dtype=_dtype(ctx.spec, i)), hint)
+
+
+def _int64s(ctx: ConvContext, values: Sequence[int], hint: str) -> str:
+    return ctx.const(np.asarray(list(values), dtype=np.int64), hint)
+
+
+def _reshape(ctx: ConvContext, x: str, shape: Sequence[int], out: Optional[str] = None) -> str:
+    outs = [out] if out is not None else None
+    return ctx.emit("Reshape", [x, _int64s(ctx, shape, "shape")], outs)[0]
+
+
+def _norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    a = axis + ndim if axis < 0 else axis
+    if not 0 <= a < max(ndim, 1):
+        raise ConversionError(f"{what}={axis} is out of range for a {ndim}-D input")
+    return a
+
+
+def _channel_shape(c: int, axis: int, ndim: int) -> List[int]:
+    """Shape that broadcasts a per-channel vector along ``axis`` (numpy right alignment)."""
+    return [c] + [1] * (ndim - 1 - axis)
+
+
+def _spatial(spec: OpSpec, key: str, nsp: int, default: int) -> Tuple[int, ...]:
+    """An MXNet spatial tuple attribute; empty means ``default`` in every dimension."""
+    t = spec.ints(key)
+    if not t:
+        return (default,) * nsp
+    if len(t) != nsp:
+        raise ConversionError(f"{key}={t} has {len(t)} values for a {nsp}-D operator")
+    return t
+
+
+def _check_layout(spec: OpSpec, nsp: int) -> Optional[str]:
+    layout = spec.str_("layout")
+    if layout in (None, "None", ""):
+        return None
+    want = _CHANNEL_FIRST.get(nsp)
+    if layout != want:
+        return f"layout {layout} is not supported, only {want}"
+    return None
+
+
+def _check_outputs(spec: OpSpec, n: int) -> Optional[str]:
+    if len(spec.out_shapes) != n:
+        return f"expected {n} visible output(s), got {len(spec.out_shapes)}"
+    return None
+
+
+# -- Activation ------------------------------------------------------------------------
 
 _ACT = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus", "softsign": "Softsign"}
 
@@ -12,9 +117,863 @@ def _check_activation(spec: OpSpec) -> Optional[str]:
     act = spec.str_("act_type")
     if act not in _ACT:
         return f"act_type {act!r} is not one of {sorted(_ACT)}"
+    return _check_float(spec)
+
+
+@register("Activation", "_npx_activation", validator=_check_activation)
+def _activation(ctx: ConvContext) -> None:
+    ctx.emit(_ACT[str(ctx.spec.str_("act_type"))], ctx.inputs[:1], ctx.outputs)
+
+
+# -- LeakyReLU -------------------------------------------------------------------------
+
+_LEAKY_TYPES = ("leaky", "prelu", "rrelu", "elu", "selu", "gelu")
+
+
+def _prelu_gamma_shape(gshape: Shape, dshape: Shape) -> Optional[Shape]:
+    """MXNet's ``expand_shape``: gamma's dims go right-aligned onto data axes 0 and 1 only."""
+    out = [1] * len(dshape)
+    s = len(gshape) - 1
+    for i in range(len(dshape) - 1, -1, -1):
+        if s >= 0 and i <= 1 and (dshape[i] == gshape[s] or gshape[s] == 1):
+            out[i] = gshape[s]
+            s -= 1
+    return tuple(out) if s == -1 else None
+
+
+def _check_leaky(spec: OpSpec) -> Optional[str]:
+    act = _str(spec, "act_type", "leaky")
+    if act not in _LEAKY_TYPES:
+        return f"act_type {act!r} is not one of {list(_LEAKY_TYPES)}"
+    if act == "prelu":
+        if len(spec.in_shapes) != 2:
+            return "prelu needs a gamma input"
+        if _prelu_gamma_shape(spec.in_shapes[1], spec.in_shapes[0]) is None:
+            return f"prelu gamma of shape {spec.in_shapes[1]} does not broadcast to data {spec.in_shapes[0]}"
+    return _check_float(spec)
+
+
+@register("LeakyReLU", "_npx_leaky_relu", validator=_check_leaky)
+def _leaky_relu(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    act = _str(spec, "act_type", "leaky")
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    if act == "leaky":
+        ctx.emit("LeakyRelu", [x], [out], alpha=_float(spec, "slope", 0.25))
+    elif act == "rrelu":
+        # At inference MXNet uses the fixed slope (lower+upper)/2, computed in float32.
+        lo = np.float32(_float(spec, "lower_bound", 0.125))
+        hi = np.float32(_float(spec, "upper_bound", 0.334))
+        slope = float((lo + hi) / np.float32(2.0))
+        ctx.emit("LeakyRelu", [x], [out], alpha=slope)
+        if len(ctx.outputs) > 1:
+            # MXNet leaves the mask unwritten at inference; give the slope actually used.
+            shape = ctx.emit("Shape", [x])[0]
+            ctx.emit("Expand", [_scalar(ctx, slope, "slope"), shape], [ctx.outputs[1]])
+    elif act == "elu":
+        ctx.emit("Elu", [x], [out], alpha=_float(spec, "slope", 0.25))
+    elif act == "selu":
+        ctx.emit("Selu", [x], [out], alpha=_SELU_ALPHA, gamma=_SELU_LAMBDA)
+    elif act == "gelu":
+        # Opset 17 has no Gelu: 0.5 * x * (1 + erf(x / sqrt(2))), MXNet's erf form.
+        t = ctx.emit("Div", [x, _scalar(ctx, math.sqrt(2.0), "sqrt2")])[0]
+        t = ctx.emit("Erf", [t])[0]
+        t = ctx.emit("Add", [t, _scalar(ctx, 1.0, "one")])[0]
+        t = ctx.emit("Mul", [x, t])[0]
+        ctx.emit("Mul", [t, _scalar(ctx, 0.5, "half")], [out])
+    else:  # prelu
+        gshape = _prelu_gamma_shape(spec.in_shapes[1], spec.in_shapes[0])
+        assert gshape is not None
+        g = ctx.inputs[1]
+        gv = ctx.const_value(1)
+        if tuple(spec.in_shapes[1]) != gshape:
+            g = ctx.const(gv.reshape(gshape), "gamma") if gv is not None else _reshape(ctx, g, gshape)
+        ctx.emit("PRelu", [x, g], [out])
+
+
+# -- softmax family --------------------------------------------------------------------
+
+
+def _check_softmax(spec: OpSpec) -> Optional[str]:
+    if spec.bool_("use_length", False):
+        return "use_length=True is not supported"
+    r = _check_float(spec)
+    if r:
+        return r
+    _norm_axis(_int(spec, "axis", -1), len(spec.in_shapes[0]))
+    t = spec.float_("temperature")
+    if t is not None and t == 0:
+        return "temperature=0 is not supported"
+    out_dt = spec.out_dtypes[0]
+    if out_dt != spec.in_dtypes[0] and not (out_dt == "float32" and spec.in_dtypes[0] == "float16"):
+        return f"dtype {out_dt} for a {spec.in_dtypes[0]} input is not supported"
     return None
 
 
-@register("Activation", validator=_check_activation)
-def _activation(ctx: ConvContext) -> None:
-    ctx.emit(_ACT[str(ctx.spec.str_("act_type"))], ctx.inputs[:1], ctx.outputs)
+def _softmax_like(ctx: ConvContext, op_type: str) -> None:
+    spec = ctx.spec
+    x = ctx.inputs[0]
+    if spec.out_dtypes[0] != spec.in_dtypes[0]:
+        # MXNet computes in the output dtype (fp16 -> fp32 only, see the validator).
+        x = ctx.emit("Cast", [x], to=1)[0]
+    t = spec.float_("temperature")
+    if t is not None and t != 1.0:
+        tc = ctx.const(np.asarray(t, dtype=np.dtype(spec.out_dtypes[0])), "temperature")
+        x = ctx.emit("Div", [x, tc])[0]
+    ctx.emit(op_type, [x], ctx.outputs, axis=_int(spec, "axis", -1))
+
+
+@register("softmax", "_npx_softmax", validator=_check_softmax)
+def _softmax(ctx: ConvContext) -> None:
+    _softmax_like(ctx, "Softmax")
+
+
+@register("log_softmax", "_npx_log_softmax", validator=_check_softmax)
+def _log_softmax(ctx: ConvContext) -> None:
+    _softmax_like(ctx, "LogSoftmax")
+
+
+def _check_softmax_output(spec: OpSpec) -> Optional[str]:
+    ndim = len(spec.in_shapes[0])
+    if spec.bool_("multi_output", False):
+        if ndim < 2:
+            return "multi_output=True needs an input with at least 2 dimensions"
+    elif not spec.bool_("preserve_shape", False) and ndim != 2:
+        # MXNet disagrees with itself here: its CPU (oneDNN) kernel takes the softmax over
+        # the last axis, its GPU kernel over all non-batch axes flattened.
+        return (
+            f"a {ndim}-D input without preserve_shape or multi_output is not supported "
+            "(MXNet's CPU and GPU results differ)"
+        )
+    return _check_float(spec)
+
+
+@register("SoftmaxOutput", "Softmax", validator=_check_softmax_output)
+def _softmax_output(ctx: ConvContext) -> None:
+    """Inference output only (the label input is ignored): softmax over axis 1 with
+    ``multi_output``, else over the last axis."""
+    axis = 1 if ctx.spec.bool_("multi_output", False) else -1
+    ctx.emit("Softmax", ctx.inputs[:1], ctx.outputs, axis=axis)
+
+
+def _check_softmax_activation(spec: OpSpec) -> Optional[str]:
+    mode = _str(spec, "mode", "instance")
+    if mode not in ("instance", "channel"):
+        return f"mode {mode!r} is not supported"
+    if mode == "channel" and len(spec.in_shapes[0]) < 3:
+        return "mode 'channel' needs an input with at least 3 dimensions"
+    return _check_float(spec)
+
+
+@register("SoftmaxActivation", validator=_check_softmax_activation)
+def _softmax_activation(ctx: ConvContext) -> None:
+    # 'instance' flattens to (prod(shape[:-1]), shape[-1]): a softmax over the last axis.
+    axis = 1 if _str(ctx.spec, "mode", "instance") == "channel" else -1
+    ctx.emit("Softmax", ctx.inputs[:1], ctx.outputs, axis=axis)
+
+
+def _check_regression(spec: OpSpec) -> Optional[str]:
+    return _check_float(spec)
+
+
+@register("LogisticRegressionOutput", validator=_check_regression)
+def _logistic_regression_output(ctx: ConvContext) -> None:
+    ctx.emit("Sigmoid", ctx.inputs[:1], ctx.outputs)
+
+
+@register("LinearRegressionOutput", "MAERegressionOutput", validator=_check_regression)
+def _linear_regression_output(ctx: ConvContext) -> None:
+    ctx.emit("Identity", ctx.inputs[:1], ctx.outputs)
+
+
+# -- Dropout / Flatten / Concat / Pad / clip ---------------------------------------------
+
+
+def _check_dropout(spec: OpSpec) -> Optional[str]:
+    if _str(spec, "mode", "training") == "always" and _float(spec, "p", 0.5) > 0:
+        return "mode 'always' drops randomly at inference too, which cannot be reproduced"
+    return _check_outputs(spec, 1)
+
+
+@register("Dropout", "_npx_dropout", validator=_check_dropout)
+def _dropout(ctx: ConvContext) -> None:
+    ctx.emit("Identity", ctx.inputs[:1], ctx.outputs[:1])
+
+
+@register("Flatten", "flatten", "_npx_batch_flatten")
+def _flatten(ctx: ConvContext) -> None:
+    # (d0, prod(rest)); a 1-D input becomes (d0, 1) in both MXNet and ONNX.
+    ctx.emit("Flatten", ctx.inputs[:1], ctx.outputs, axis=1)
+
+
+def _check_concat(spec: OpSpec) -> Optional[str]:
+    ndim = len(spec.in_shapes[0])
+    _norm_axis(_int(spec, "dim", 1), ndim, "dim")
+    if len(set(spec.in_dtypes)) != 1:
+        return f"inputs have different dtypes {sorted(set(spec.in_dtypes))}"
+    return None
+
+
+@register("Concat", "concat", validator=_check_concat)
+def _concat(ctx: ConvContext) -> None:
+    ndim = len(ctx.spec.in_shapes[0])
+    ctx.emit("Concat", ctx.inputs, ctx.outputs, axis=_norm_axis(_int(ctx.spec, "dim", 1), ndim, "dim"))
+
+
+def _check_pad(spec: OpSpec) -> Optional[str]:
+    mode = _str(spec, "mode", "constant")
+    if mode not in ("constant", "edge", "reflect"):
+        return f"mode {mode!r} is not supported"
+    shape = spec.in_shapes[0]
+    pw = spec.ints("pad_width") or ()
+    if len(pw) != 2 * len(shape):
+        return f"pad_width has {len(pw)} values for a {len(shape)}-D input"
+    if any(p < 0 for p in pw):
+        return "negative pad_width is not supported"
+    if mode == "reflect":
+        for i, d in enumerate(shape):
+            if pw[2 * i] >= d or pw[2 * i + 1] >= d:
+                return f"reflect padding {pw[2 * i]},{pw[2 * i + 1]} on axis {i} must be smaller than its size {d}"
+    return _check_float(spec)
+
+
+@register("Pad", "pad", validator=_check_pad)
+def _pad(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    pw = spec.ints("pad_width") or ()
+    mode = _str(spec, "mode", "constant")
+    pads = list(pw[0::2]) + list(pw[1::2])
+    ins = [ctx.inputs[0], _int64s(ctx, pads, "pads")]
+    if mode == "constant":
+        ins.append(_scalar(ctx, _float(spec, "constant_value", 0.0), "value"))
+    ctx.emit("Pad", ins, ctx.outputs, mode=mode)
+
+
+def _check_clip(spec: OpSpec) -> Optional[str]:
+    lo, hi = spec.float_("a_min"), spec.float_("a_max")
+    if lo is None or hi is None:
+        return "a_min and a_max are required"
+    if lo > hi:
+        return f"a_min={lo} > a_max={hi} is not supported"
+    return _check_float(spec)
+
+
+@register("clip", validator=_check_clip)
+def _clip(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    lo = _scalar(ctx, _float(spec, "a_min", 0.0), "min")  # both present: see the validator
+    hi = _scalar(ctx, _float(spec, "a_max", 0.0), "max")
+    ctx.emit("Clip", [ctx.inputs[0], lo, hi], ctx.outputs)
+
+
+# -- Convolution / Deconvolution -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ConvGeom:
+    kernel: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    dilate: Tuple[int, ...]
+    pad: Tuple[int, ...]
+    group: int
+    no_bias: bool
+
+
+def _conv_geom(spec: OpSpec, no_bias_default: bool) -> _ConvGeom:
+    kernel = spec.ints("kernel") or ()
+    nsp = len(kernel)
+    if nsp not in (1, 2, 3):
+        raise ConversionError(f"kernel={kernel}: only 1-D, 2-D and 3-D are supported")
+    if len(spec.in_shapes[0]) != nsp + 2:
+        raise ConversionError(f"a {nsp}-D kernel needs a {nsp + 2}-D input, got {spec.in_shapes[0]}")
+    return _ConvGeom(
+        kernel=kernel,
+        stride=_spatial(spec, "stride", nsp, 1),
+        dilate=_spatial(spec, "dilate", nsp, 1),
+        pad=_spatial(spec, "pad", nsp, 0),
+        group=_int(spec, "num_group", 1) or 1,
+        no_bias=spec.bool_("no_bias", no_bias_default),
+    )
+
+
+def _check_conv_common(spec: OpSpec, g: _ConvGeom) -> Optional[str]:
+    r = _check_layout(spec, len(g.kernel)) or _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    want_inputs = 2 if g.no_bias else 3
+    if len(spec.in_shapes) != want_inputs:
+        return f"expected {want_inputs} inputs (no_bias={g.no_bias}), got {len(spec.in_shapes)}"
+    if any(s < 1 for s in g.stride) or any(d < 1 for d in g.dilate) or any(p < 0 for p in g.pad):
+        return f"invalid stride {g.stride}, dilate {g.dilate} or pad {g.pad}"
+    return None
+
+
+def _check_convolution(spec: OpSpec) -> Optional[str]:
+    g = _conv_geom(spec, no_bias_default=False)
+    r = _check_conv_common(spec, g)
+    if r:
+        return r
+    x = spec.in_shapes[0][2:]
+    want = tuple(
+        (x[i] + 2 * g.pad[i] - (g.dilate[i] * (g.kernel[i] - 1) + 1)) // g.stride[i] + 1 for i in range(len(x))
+    )
+    if want != tuple(spec.out_shapes[0][2:]):
+        return f"ONNX Conv would give spatial shape {want}, MXNet gives {spec.out_shapes[0][2:]}"
+    return None
+
+
+@register("Convolution", "_npx_convolution", validator=_check_convolution)
+def _convolution(ctx: ConvContext) -> None:
+    g = _conv_geom(ctx.spec, no_bias_default=False)
+    ctx.emit(
+        "Conv",
+        ctx.inputs[: 2 if g.no_bias else 3],
+        ctx.outputs,
+        kernel_shape=list(g.kernel),
+        strides=list(g.stride),
+        dilations=list(g.dilate),
+        pads=list(g.pad) * 2,
+        group=g.group,
+    )
+
+
+def _deconv_pads(spec: OpSpec, g: _ConvGeom) -> Tuple[List[int], List[int], List[int], Tuple[int, ...]]:
+    """(pads_begin, pads_end, output_padding, output spatial shape) as MXNet's InferPad decides."""
+    x = spec.in_shapes[0][2:]
+    target = spec.ints("target_shape") or ()
+    adj = _spatial(spec, "adj", len(x), 0)
+    use_target = any(t != 0 for t in target)
+    begin, end, opad, out = [], [], [], []
+    for i in range(len(x)):
+        full = g.stride[i] * (x[i] - 1) + g.dilate[i] * (g.kernel[i] - 1) + 1
+        if use_target:
+            t = target[i] if i < len(target) else 0
+            total = full - t
+            if total < 0:
+                raise ConversionError(f"target_shape {target} is larger than the full deconvolution {full}")
+            a, p = total % 2, (total + 1) // 2
+        else:
+            a, p = adj[i], g.pad[i]
+        out.append(full - 2 * p + a)
+        # MXNet keeps [p, full - p + a): crop p at the front and p - a at the back, or
+        # extend by a - p (zeros + bias) when adj exceeds pad.
+        begin.append(p)
+        end.append(max(p - a, 0))
+        opad.append(max(a - p, 0))
+    return begin, end, opad, tuple(out)
+
+
+def _check_deconvolution(spec: OpSpec) -> Optional[str]:
+    g = _conv_geom(spec, no_bias_default=True)
+    r = _check_conv_common(spec, g)
+    if r:
+        return r
+    target = spec.ints("target_shape") or ()
+    if target and len(target) != len(g.kernel):
+        return f"target_shape {target} does not match the {len(g.kernel)}-D kernel"
+    _, _, opad, out = _deconv_pads(spec, g)
+    if out != tuple(spec.out_shapes[0][2:]):
+        return f"cannot reproduce MXNet's output shape {spec.out_shapes[0][2:]} (would give {out})"
+    for i, o in enumerate(opad):
+        if o >= max(g.stride[i], g.dilate[i]):
+            return f"adj exceeds pad by {o} on axis {i}, which ONNX output_padding cannot express"
+    return None
+
+
+@register("Deconvolution", "_npx_deconvolution", validator=_check_deconvolution)
+def _deconvolution(ctx: ConvContext) -> None:
+    g = _conv_geom(ctx.spec, no_bias_default=True)
+    begin, end, opad, _ = _deconv_pads(ctx.spec, g)
+    attrs = dict(
+        kernel_shape=list(g.kernel),
+        strides=list(g.stride),
+        dilations=list(g.dilate),
+        pads=begin + end,
+        group=g.group,
+    )
+    if any(opad):
+        attrs["output_padding"] = opad
+    ctx.emit("ConvTranspose", ctx.inputs[: 2 if g.no_bias else 3], ctx.outputs, **attrs)
+
+
+# -- Pooling ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PoolPlan:
+    pool_type: str
+    p: int
+    global_pool: bool
+    include_pad: bool
+    kernel: Tuple[int, ...] = ()
+    stride: Tuple[int, ...] = ()
+    pad: Tuple[int, ...] = ()
+    extra: Tuple[int, ...] = ()  # windows reaching past the padded input (ceil mode)
+
+
+def _pool_plan(spec: OpSpec) -> _PoolPlan:
+    """Decode the attributes; raises ConversionError with the reason when not reproducible."""
+    shape = spec.in_shapes[0]
+    if len(shape) not in (3, 4, 5):
+        raise ConversionError(f"input must be 3-D, 4-D or 5-D, got {shape}")
+    nsp = len(shape) - 2
+    reason = _check_layout(spec, nsp)
+    if reason:
+        raise ConversionError(reason)
+    pool_type = _str(spec, "pool_type", "max")
+    if pool_type not in ("max", "avg", "sum", "lp"):
+        raise ConversionError(f"pool_type {pool_type!r} is not supported")
+    p = 1
+    if pool_type == "lp":
+        p = _int(spec, "p_value", 0) or 0
+        if p not in (1, 2, 3):
+            raise ConversionError(f"lp pooling with p_value={spec.str_('p_value')} is not supported (1, 2 or 3)")
+    include_pad = spec.bool_("count_include_pad", True) if spec.str_("count_include_pad") != "None" else True
+    if spec.bool_("global_pool", False):
+        return _PoolPlan(pool_type, p, True, include_pad)
+    conv = _str(spec, "pooling_convention", "valid")
+    if conv not in ("valid", "full"):
+        raise ConversionError(f"pooling_convention {conv!r} is not supported")
+    kernel = spec.ints("kernel") or ()
+    if len(kernel) != nsp:
+        raise ConversionError(f"kernel={kernel} does not match the {nsp}-D input")
+    stride = _spatial(spec, "stride", nsp, 1)
+    pad = _spatial(spec, "pad", nsp, 0)
+    out = spec.out_shapes[0][2:]
+    extra = []
+    for i in range(nsp):
+        x, k, s, pd, o = shape[2 + i], kernel[i], stride[i], pad[i], out[i]
+        span = x + 2 * pd - k
+        want = 1 + (span // s if conv == "valid" else int(math.ceil(span / s)))
+        if o != want:
+            raise ConversionError(f"output size {o} on spatial axis {i} differs from the expected {want}")
+        extra.append(max(0, (o - 1) * s + k - (x + 2 * pd)))
+        if pd >= k and pool_type in ("max", "avg"):
+            # oneDNN (MXNet's CPU kernel for max/avg) refuses this; only sum/lp run it.
+            raise ConversionError(
+                f"pad {pd} >= kernel {k} on spatial axis {i} is not supported for {pool_type} pooling"
+            )
+        if (o - 1) * s - pd >= x and (pool_type == "max" or (pool_type == "avg" and not include_pad)):
+            raise ConversionError(
+                f"the last pooling window on spatial axis {i} covers only padding (kernel {k}, pad {pd}, "
+                f"stride {s}, input {x}); MXNet outputs a placeholder there"
+            )
+    return _PoolPlan(pool_type, p, False, include_pad, kernel, stride, pad, tuple(extra))
+
+
+def _check_pooling(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    _pool_plan(spec)
+    return None
+
+
+def _pow_p(ctx: ConvContext, x: str, p: int) -> str:
+    y = x
+    for _ in range(p - 1):
+        y = ctx.emit("Mul", [y, x])[0]
+    return y
+
+
+def _root_p(ctx: ConvContext, x: str, p: int, out: Optional[str]) -> str:
+    outs = [out] if out is not None else None
+    if p == 1:
+        return ctx.emit("Identity", [x], outs)[0]
+    if p == 2:
+        return ctx.emit("Sqrt", [x], outs)[0]
+    # Signed cube root (MXNet's cbrt of a possibly negative sum of cubes).
+    a = ctx.emit("Abs", [x])[0]
+    r = ctx.emit("Pow", [a, _scalar(ctx, 1.0 / 3.0, "third")])[0]
+    sgn = ctx.emit("Sign", [x])[0]
+    return ctx.emit("Mul", [sgn, r], outs)[0]
+
+
+@register("Pooling", "_npx_pooling", validator=_check_pooling)
+def _pooling(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    plan = _pool_plan(spec)
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    ndim = len(spec.in_shapes[0])
+    if plan.global_pool:
+        axes = list(range(2, ndim))
+        if plan.pool_type == "max":
+            ctx.emit("GlobalMaxPool", [x], [out])
+        elif plan.pool_type == "avg":
+            ctx.emit("GlobalAveragePool", [x], [out])
+        else:
+            s = ctx.emit("ReduceSum", [_pow_p(ctx, x, plan.p), _int64s(ctx, axes, "axes")], keepdims=1)[0]
+            _root_p(ctx, s, plan.p, out)
+        return
+
+    kernel, stride, pad, extra = plan.kernel, plan.stride, plan.pad, plan.extra
+    in_spatial = tuple(spec.in_shapes[0][2:])
+    out_spatial = tuple(spec.out_shapes[0][2:])
+    lift = len(kernel) == 1
+    if lift:
+        # TensorRT pools 2-D/3-D only: run 1-D as (N, C, 1, W).
+        x = ctx.emit("Unsqueeze", [x, _int64s(ctx, [2], "axes")])[0]
+        kernel, stride, pad, extra = (1,) + kernel, (1,) + stride, (0,) + pad, (0,) + extra
+        in_spatial, out_spatial = (1,) + in_spatial, (1,) + out_spatial
+    nsp = len(kernel)
+    y_out = [out] if not lift else None
+    end_pads = [p + e for p, e in zip(pad, extra)]
+    common: Dict[str, Any] = dict(kernel_shape=list(kernel), strides=list(stride))
+
+    # ceil_mode is never used: the ceil-mode windows are made explicit with end padding,
+    # so ONNX Runtime and TensorRT cannot disagree about the last window.
+    if plan.pool_type == "max":
+        # ONNX ignores padded cells for max, like MXNet's clipped windows.
+        y = ctx.emit("MaxPool", [x], y_out, pads=list(pad) + end_pads, **common)[0]
+    elif plan.pool_type == "avg" and not plan.include_pad:
+        # Divisor = real cells only, in MXNet and with ONNX count_include_pad=0.
+        y = ctx.emit("AveragePool", [x], y_out, pads=list(pad) + end_pads, count_include_pad=0, **common)[0]
+    elif plan.pool_type == "avg" and not any(extra) and all(p < k for p, k in zip(pad, kernel)):
+        # Every window lies inside the padded input: the divisor is the kernel size.
+        y = ctx.emit("AveragePool", [x], y_out, pads=list(pad) * 2, count_include_pad=1, **common)[0]
+    else:
+        # Window sums as a depthwise convolution with a ones kernel over the zero-padded
+        # input: unlike AveragePool it has no divisor rule to get wrong, and no
+        # Pad+AveragePool pair that a graph optimizer could fuse incorrectly (ONNX Runtime
+        # 1.19 fuses Pad into AveragePool even when count_include_pad=0).
+        c = spec.in_shapes[0][1]
+        ones = ctx.const(np.ones((c, 1) + tuple(kernel), dtype=_dtype(spec)), "ones")
+        v = x if plan.pool_type == "avg" else _pow_p(ctx, x, plan.p)
+        sums = ctx.emit("Conv", [v, ones], group=c, pads=list(pad) + end_pads, **common)[0]
+        if plan.pool_type == "avg":
+            # MXNet divides by the window clipped to the padded extent [-pad, size + pad).
+            div = np.ones(out_spatial, dtype=np.float64)
+            for i in range(nsp):
+                starts = np.arange(out_spatial[i]) * stride[i] - pad[i]
+                sizes = np.minimum(starts + kernel[i], in_spatial[i] + pad[i]) - starts
+                div = div * sizes.reshape([-1 if j == i else 1 for j in range(nsp)])
+            inv = ctx.const((1.0 / div).reshape((1, 1) + out_spatial).astype(_dtype(spec)), "inv_count")
+            y = ctx.emit("Mul", [sums, inv], y_out)[0]
+        else:
+            y = _root_p(ctx, sums, plan.p, out if not lift else None)
+    if lift:
+        ctx.emit("Squeeze", [y, _int64s(ctx, [2], "axes")], [out])
+
+
+# -- BatchNorm -------------------------------------------------------------------------
+
+
+def _check_batchnorm(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec)
+    if r:
+        return r
+    ndim = len(spec.in_shapes[0])
+    axis = _norm_axis(_int(spec, "axis", 1), ndim)
+    c = spec.in_shapes[0][axis]
+    for i in range(1, 5):
+        if tuple(spec.in_shapes[i]) != (c,):
+            return f"input {i} has shape {spec.in_shapes[i]}, expected ({c},)"
+    n_out = 3 if spec.bool_("output_mean_var", False) else 1
+    return _check_outputs(spec, n_out)
+
+
+@register("BatchNorm", "_npx_batch_norm", validator=_check_batchnorm)
+def _batchnorm(ctx: ConvContext) -> None:
+    """Inference: (x - moving_mean) / sqrt(moving_var + eps) * gamma + beta.
+
+    ``fix_gamma=True`` means gamma is 1 whatever its stored value. With
+    ``output_mean_var=True`` MXNet's extra outputs at inference are the moving mean
+    and 1/sqrt(moving_var + eps) (CPU; cuDNN leaves them unwritten).
+    """
+    spec = ctx.spec
+    x, gamma, beta, mean, var = ctx.inputs[:5]
+    ndim = len(spec.in_shapes[0])
+    axis = _norm_axis(_int(spec, "axis", 1), ndim)
+    c = spec.in_shapes[0][axis]
+    eps = _float(spec, "eps", 1e-3)
+    fix_gamma = spec.bool_("fix_gamma", True)
+    dt = _dtype(spec)
+    bshape = _channel_shape(c, axis, ndim)
+
+    vals = [None if fix_gamma else ctx.const_value(1)] + [ctx.const_value(i) for i in (2, 3, 4)]
+    if (fix_gamma or vals[0] is not None) and all(v is not None for v in vals[1:]):
+        # All constant: fold into one Mul and one Add.
+        g = np.ones(c) if fix_gamma else np.asarray(vals[0], np.float64)
+        b, m, v = (np.asarray(a, np.float64) for a in vals[1:])
+        invstd = 1.0 / np.sqrt(v + eps)
+        scale = g * invstd
+        shift = b - m * scale
+        y = ctx.emit("Mul", [x, ctx.const(scale.reshape(bshape).astype(dt), "scale")])[0]
+        ctx.emit("Add", [y, ctx.const(shift.reshape(bshape).astype(dt), "shift")], ctx.outputs[:1])
+        if len(ctx.outputs) == 3:
+            ctx.emit("Identity", [mean], [ctx.outputs[1]])
+            ctx.emit("Identity", [ctx.const(invstd.astype(dt), "invstd")], [ctx.outputs[2]])
+        return
+
+    if fix_gamma:
+        gamma = ctx.const(np.ones(c, dtype=dt), "ones")
+    if axis == 1 and ndim >= 2:
+        ctx.emit("BatchNormalization", [x, gamma, beta, mean, var], ctx.outputs[:1], epsilon=eps)
+    else:
+        def bc(t: str) -> str:
+            return t if len(bshape) == 1 else _reshape(ctx, t, bshape)
+
+        vr = ctx.emit("Add", [bc(var), _scalar(ctx, eps, "eps")])[0]
+        inv = ctx.emit("Reciprocal", [ctx.emit("Sqrt", [vr])[0]])[0]
+        scale = ctx.emit("Mul", [inv, bc(gamma)])[0]
+        centered = ctx.emit("Sub", [x, bc(mean)])[0]
+        y = ctx.emit("Mul", [centered, scale])[0]
+        ctx.emit("Add", [y, bc(beta)], ctx.outputs[:1])
+    if len(ctx.outputs) == 3:
+        ctx.emit("Identity", [mean], [ctx.outputs[1]])
+        vr = ctx.emit("Add", [var, _scalar(ctx, eps, "eps")])[0]
+        ctx.emit("Reciprocal", [ctx.emit("Sqrt", [vr])[0]], [ctx.outputs[2]])
+
+
+# -- FullyConnected --------------------------------------------------------------------
+
+
+def _check_fully_connected(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    no_bias = spec.bool_("no_bias", False)
+    want = 2 if no_bias else 3
+    if len(spec.in_shapes) != want:
+        return f"expected {want} inputs (no_bias={no_bias}), got {len(spec.in_shapes)}"
+    shape = spec.in_shapes[0]
+    flatten = spec.bool_("flatten", True)
+    k = int(np.prod(shape[1:])) if flatten else shape[-1]
+    h = spec.int_("num_hidden")
+    if tuple(spec.in_shapes[1]) != (h, k):
+        return f"weight shape {spec.in_shapes[1]} is not (num_hidden={h}, {k})"
+    return None
+
+
+@register("FullyConnected", "_npx_fully_connected", validator=_check_fully_connected)
+def _fully_connected(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    bias = ctx.inputs[2:3] if not spec.bool_("no_bias", False) else []
+    ndim = len(spec.in_shapes[0])
+    if spec.bool_("flatten", True) or ndim == 2:
+        if ndim != 2:
+            x = ctx.emit("Flatten", [x], axis=1)[0]
+        # transB on the stored (num_hidden, k) weight: no transposed copy of the initializer.
+        ctx.emit("Gemm", [x, w] + bias, ctx.outputs, transB=1)
+        return
+    # flatten=False on N-D data: a MatMul over the last axis.
+    wv = ctx.const_value(1)
+    if wv is not None:
+        wt = ctx.const(np.ascontiguousarray(wv.T), "weight_t")
+    else:
+        wt = ctx.emit("Transpose", [w], perm=[1, 0])[0]
+    if bias:
+        y = ctx.emit("MatMul", [x, wt])[0]
+        ctx.emit("Add", [y, bias[0]], ctx.outputs)
+    else:
+        ctx.emit("MatMul", [x, wt], ctx.outputs)
+
+
+# -- LRN / InstanceNorm / LayerNorm / L2Normalization -----------------------------------
+
+
+def _check_lrn(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    if len(spec.in_shapes[0]) < 3:
+        return f"LRN needs an input with at least 3 dimensions, got {spec.in_shapes[0]}"
+    n = spec.int_("nsize")
+    if n is None or n % 2 != 1:
+        return f"nsize={n} must be odd"
+    # TensorRT's LRN layer limits (window 1..15, beta 0.01..1e5, k 1e-5..1e10).
+    if n > 15:
+        return f"nsize={n} exceeds TensorRT's LRN window limit of 15"
+    beta, k = _float(spec, "beta", 0.75), _float(spec, "knorm", 2.0)
+    if not 0.01 <= beta <= 1e5:
+        return f"beta={beta} is outside TensorRT's LRN range [0.01, 1e5]"
+    if not 1e-5 <= k <= 1e10:
+        return f"knorm={k} is outside TensorRT's LRN range [1e-5, 1e10]"
+    return None
+
+
+@register("LRN", validator=_check_lrn)
+def _lrn(ctx: ConvContext) -> None:
+    # Both MXNet and ONNX scale the square sum by alpha / nsize.
+    spec = ctx.spec
+    ctx.emit(
+        "LRN", ctx.inputs[:1], ctx.outputs[:1],
+        size=spec.int_("nsize"), alpha=_float(spec, "alpha", 1e-4), beta=_float(spec, "beta", 0.75),
+        bias=_float(spec, "knorm", 2.0),
+    )
+
+
+def _check_instance_norm(spec: OpSpec) -> Optional[str]:
+    if len(spec.in_shapes[0]) < 3:
+        return f"InstanceNorm needs an input with at least 3 dimensions, got {spec.in_shapes[0]}"
+    return _check_float(spec) or _check_outputs(spec, 1)
+
+
+@register("InstanceNorm", validator=_check_instance_norm)
+def _instance_norm(ctx: ConvContext) -> None:
+    ctx.emit("InstanceNormalization", ctx.inputs[:3], ctx.outputs[:1], epsilon=_float(ctx.spec, "eps", 1e-3))
+
+
+def _check_layer_norm(spec: OpSpec) -> Optional[str]:
+    if spec.bool_("output_mean_var", False):
+        return "output_mean_var=True is not supported"
+    r = _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    _norm_axis(_int(spec, "axis", -1), len(spec.in_shapes[0]))
+    return None
+
+
+@register("LayerNorm", "_npx_layer_norm", validator=_check_layer_norm)
+def _layer_norm(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    x, gamma, beta = ctx.inputs[:3]
+    ndim = len(spec.in_shapes[0])
+    axis = _norm_axis(_int(spec, "axis", -1), ndim)
+    eps = _float(spec, "eps", 1e-5)
+    if axis == ndim - 1:
+        ctx.emit("LayerNormalization", [x, gamma, beta], ctx.outputs[:1], axis=-1, epsilon=eps)
+        return
+    # ONNX LayerNormalization normalizes over all axes from `axis` on; MXNet over one axis.
+    bshape = _channel_shape(spec.in_shapes[0][axis], axis, ndim)
+    mean = ctx.emit("ReduceMean", [x], axes=[axis], keepdims=1)[0]
+    d = ctx.emit("Sub", [x, mean])[0]
+    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [d, d])[0]], axes=[axis], keepdims=1)[0]
+    std = ctx.emit("Sqrt", [ctx.emit("Add", [var, _scalar(ctx, eps, "eps")])[0]])[0]
+    y = ctx.emit("Div", [d, std])[0]
+    y = ctx.emit("Mul", [y, _reshape(ctx, gamma, bshape)])[0]
+    ctx.emit("Add", [y, _reshape(ctx, beta, bshape)], ctx.outputs[:1])
+
+
+def _check_l2norm(spec: OpSpec) -> Optional[str]:
+    mode = _str(spec, "mode", "instance")
+    ndim = len(spec.in_shapes[0])
+    if mode not in ("instance", "channel", "spatial"):
+        return f"mode {mode!r} is not supported"
+    if mode == "instance" and ndim < 2:
+        return "mode 'instance' needs an input with at least 2 dimensions"
+    if mode in ("channel", "spatial") and ndim < 3:
+        return f"mode {mode!r} needs an input with at least 3 dimensions"
+    return _check_float(spec) or _check_outputs(spec, 1)
+
+
+@register("L2Normalization", validator=_check_l2norm)
+def _l2_normalization(ctx: ConvContext) -> None:
+    """x / sqrt(sum(x^2) + eps) -- eps inside the root, unlike ONNX LpNormalization."""
+    spec = ctx.spec
+    ndim = len(spec.in_shapes[0])
+    mode = _str(spec, "mode", "instance")
+    axes = {"instance": list(range(1, ndim)), "channel": [1], "spatial": list(range(2, ndim))}[mode]
+    x = ctx.inputs[0]
+    ss = ctx.emit("ReduceSumSquare", [x], axes=axes, keepdims=1)[0]
+    norm = ctx.emit("Sqrt", [ctx.emit("Add", [ss, _scalar(ctx, _float(spec, "eps", 1e-10), "eps")])[0]])[0]
+    ctx.emit("Div", [x, norm], ctx.outputs[:1])
+
+
+# -- UpSampling ------------------------------------------------------------------------
+
+
+def _check_upsampling(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec) or _check_outputs(spec, 1)
+    if r:
+        return r
+    st = spec.str_("sample_type")
+    scale = _int(spec, "scale", 1)
+    out = spec.out_shapes[0]
+    if st == "nearest":
+        for i, s in enumerate(spec.in_shapes):
+            if len(s) != 4:
+                return f"input {i} must be 4-D, got {s}"
+            if out[2] % s[2] or out[3] % s[3] or out[2] // s[2] != out[3] // s[3]:
+                return f"input {i} of shape {s} is not upsampled by one integer factor to {out}"
+        mode = _str(spec, "multi_input_mode", "concat")
+        if mode not in ("concat", "sum"):
+            return f"multi_input_mode {mode!r} is not supported"
+        return None
+    if st == "bilinear":
+        # MXNet runs bilinear upsampling as a grouped Deconvolution with the weight input.
+        c = spec.in_shapes[0][1]
+        if _int(spec, "num_filter", 0) != c:
+            return f"bilinear needs num_filter equal to the channel count {c}"
+        k = 2 * scale - scale % 2
+        if len(spec.in_shapes) != 2 or tuple(spec.in_shapes[1]) != (c, 1, k, k):
+            return f"bilinear needs a ({c}, 1, {k}, {k}) weight input"
+        return None
+    return f"sample_type {st!r} is not supported"
+
+
+@register("UpSampling", validator=_check_upsampling)
+def _upsampling(ctx: ConvContext) -> None:
+    spec = ctx.spec
+    out = spec.out_shapes[0]
+    scale = _int(spec, "scale", 1)
+    if spec.str_("sample_type") == "bilinear":
+        k = 2 * scale - scale % 2
+        p = int(math.ceil((scale - 1) / 2.0))
+        ctx.emit(
+            "ConvTranspose", ctx.inputs[:2], ctx.outputs,
+            kernel_shape=[k, k], strides=[scale, scale], pads=[p] * 4, group=spec.in_shapes[0][1],
+        )
+        return
+    ups = []
+    for name, s in zip(ctx.inputs, spec.in_shapes):
+        f = out[2] // s[2]
+        if f == 1:
+            ups.append(name)
+            continue
+        # asymmetric + floor: out[y] = in[y // f], MXNet's nearest neighbour.
+        scales = ctx.const(np.asarray([1, 1, f, f], dtype=np.float32), "scales")
+        ups.append(
+            ctx.emit(
+                "Resize", [name, "", scales], mode="nearest",
+                coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+            )[0]
+        )
+    if len(ups) == 1:
+        ctx.emit("Identity", ups, ctx.outputs)
+    elif _str(spec, "multi_input_mode", "concat") == "sum":
+        ctx.emit("Sum", ups, ctx.outputs)
+    else:
+        ctx.emit("Concat", ups, ctx.outputs, axis=1)
+
+
+# -- Embedding -------------------------------------------------------------------------
+
+
+def _check_embedding(spec: OpSpec) -> Optional[str]:
+    r = _check_float(spec, 1) or _check_outputs(spec, 1)
+    if r:
+        return r
+    if spec.in_dtypes[0] not in FLOAT_DTYPES + ("int32", "int64"):
+        return f"indices of dtype {spec.in_dtypes[0]} are not supported"
+    if len(spec.in_shapes[1]) != 2:
+        return f"weight must be 2-D, got {spec.in_shapes[1]}"
+    if spec.in_dtypes[0] in FLOAT_DTYPES and spec.in_shapes[1][0] > 1 << 24:
+        return f"input_dim {spec.in_shapes[1][0]} exceeds 2**24, past which float indices are not exact"
+    return None
+
+
+@register("Embedding", "_npx_embedding", validator=_check_embedding)
+def _embedding(ctx: ConvContext) -> None:
+    """weight[clip(int(x), 0, input_dim - 1)]: MXNet truncates, then clips out-of-range ids."""
+    spec = ctx.spec
+    idx, w = ctx.inputs[0], ctx.inputs[1]
+    rows = spec.in_shapes[1][0]
+    if spec.in_dtypes[0] in FLOAT_DTYPES:
+        if spec.in_dtypes[0] != "float32":
+            # float16 cannot hold every row number exactly (2049 already rounds).
+            idx = ctx.emit("Cast", [idx], to=1)[0]
+        # Clipping before the cast gives the same index (truncation is monotonic).
+        lo = ctx.const(np.asarray(0.0, np.float32), "lo")
+        hi = ctx.const(np.asarray(rows - 1, np.float32), "hi")
+        idx = ctx.emit("Clip", [idx, lo, hi])[0]
+        idx = ctx.emit("Cast", [idx], to=6)[0]  # INT32: what TensorRT gathers with
+    else:
+        if spec.in_dtypes[0] != "int32":
+            idx = ctx.emit("Cast", [idx], to=6)[0]
+        idx = ctx.emit("Max", [idx, ctx.const(np.asarray(0, np.int32), "lo")])[0]
+        idx = ctx.emit("Min", [idx, ctx.const(np.asarray(rows - 1, np.int32), "hi")])[0]
+    ctx.emit("Gather", [w, idx], ctx.outputs, axis=0)

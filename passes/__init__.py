@@ -1,0 +1,12 @@
+"""Pure-Python graph passes of the TensorRT integration (no MXNet, ONNX or TensorRT imports).
+
+Modules, in pipeline order:
+
+* :mod:`passes.ir` - the typed graph IR the passes work on.
+* :mod:`passes.partition` - maximal TensorRT-compatible subgraphs (the design's method, made exact).
+* :mod:`passes.validate` - independent checks: acyclic contraction (run at every bind) and maximality (tests).
+* :mod:`passes.fuse` - replace each subgraph by one fused node.
+
+Nothing is re-exported here: the functions ``partition`` and ``fuse`` would
+shadow their modules (``import passes.partition as p`` would get the function).
+"""

@@ -20,8 +20,12 @@ from .errors import ConversionError, MissingWeightError, UnsupportedOpError
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
-#: Above this many bytes of initializers, models are saved with external data.
-EXTERNAL_DATA_THRESHOLD = int(os.environ.get("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", str(1 << 30)))
+def external_data_threshold() -> int:
+    """Bytes of initializers above which a model is saved with external data.
+
+    ``MXNET_TENSORRT_EXTERNAL_DATA_BYTES``, default 1 GiB: well under protobuf's 2 GB.
+    """
+    return int(os.environ.get("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", str(1 << 30)))
 
 
 def entry_name(graph: Graph, e: Entry) -> str:
@@ -67,6 +71,10 @@ class ExportedSubgraph:
         output_names: ONNX output names, in the order of the fused node's outputs.
         origin: ONNX node name -> MXNet node name, for error messages.
         weight_bytes: Bytes of initializers.
+        external: Initializers kept out of the protobuf (models past
+            :func:`external_data_threshold`), by name; the model refers to them
+            as ONNX external data in the file ``external_location`` beside it.
+            Write the model with :func:`save_model` before a backend reads it.
     """
 
     model: Any
@@ -74,6 +82,8 @@ class ExportedSubgraph:
     output_names: List[str]
     origin: Dict[str, str] = field(default_factory=dict)
     weight_bytes: int = 0
+    external: Dict[str, np.ndarray] = field(default_factory=dict)
+    external_location: str = ""
 
 
 def _np_to_onnx_dtype(dtype: Any) -> int:
@@ -117,7 +127,7 @@ def export_subgraph(
 
     Complexity: O(nodes + edges) plus the converters' own work.
     """
-    from onnx import TensorProto, checker, helper, numpy_helper  # noqa: F401
+    from onnx import TensorProto, helper, numpy_helper
 
     members: Set[int] = set(node_ids)
     order = sorted(members)
@@ -143,7 +153,7 @@ def export_subgraph(
 
     def add_const(arr: np.ndarray, nm: str) -> str:
         nonlocal weight_bytes
-        inits[nm] = numpy_helper.from_array(np.ascontiguousarray(arr), nm)
+        inits[nm] = np.ascontiguousarray(arr)
         weight_bytes += arr.nbytes
         return nm
 
@@ -218,41 +228,64 @@ def export_subgraph(
         out_names.append(t)
     g_outputs = [vinfo(n, e) for n, e in zip(out_names, outputs)]
 
-    g = helper.make_graph(nodes_out, name, g_inputs, g_outputs, initializer=list(inits.values()))
+    # Converters may fold a weight into another constant (BatchNorm) or ignore it
+    # (a label): keep only the initializers some node reads.
+    referenced = {t for n in nodes_out for t in n.input}
+    for nm in [k for k in inits if k not in referenced]:
+        weight_bytes -= inits.pop(nm).nbytes
+
+    # Protobuf cannot hold a message past 2 GB: large weights stay numpy arrays
+    # referenced as external data and are written beside the model by save_model.
+    external: Dict[str, np.ndarray] = {}
+    location = f"{name}.onnx.data"
+    init_protos = []
+    offset = 0
+    big = weight_bytes > external_data_threshold()
+    for nm, arr in inits.items():
+        if big and arr.nbytes >= 1024:
+            t = TensorProto()
+            t.name = nm
+            t.data_type = _np_to_onnx_dtype(arr.dtype)
+            t.dims.extend(arr.shape)
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                kv = t.external_data.add()
+                kv.key, kv.value = k, v
+            external[nm] = arr
+            offset += (arr.nbytes + 4095) // 4096 * 4096  # page-aligned, so readers may mmap
+        else:
+            t = numpy_helper.from_array(arr, nm)
+        init_protos.append(t)
+    g = helper.make_graph(nodes_out, name, g_inputs, g_outputs, initializer=init_protos)
     model = helper.make_model(
         g,
         producer_name="mx_trt",
         opset_imports=[helper.make_opsetid("", opset)],
     )
     model.ir_version = min(model.ir_version, 9)
-    return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin, weight_bytes=weight_bytes)
+    return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin,
+                            weight_bytes=weight_bytes, external=external, external_location=location if external else "")
 
 
-def save_model(model: Any, path: str, *, external_threshold: int = EXTERNAL_DATA_THRESHOLD) -> str:
-    """Write ``model`` to ``path``; initializers go to external data past the threshold.
+def save_model(exported: ExportedSubgraph, path: str) -> str:
+    """Write the model to ``path`` and its external weights, if any, beside it.
 
-    Protobuf cannot serialize a message over 2 GB, so large subgraphs keep their
-    weights in ``<path>.data`` beside the model. Returns ``path``.
+    Returns ``path``, which ONNX Runtime and TensorRT's parser can load (they
+    resolve external data relative to the model's folder).
     """
-    import onnx
-
-    total = sum(int(np.prod(t.dims)) * _itemsize(t.data_type) for t in model.graph.initializer)
-    if total > external_threshold:
-        logger.info("writing %s with %.1f MB of weights as external data", path, total / 1e6)
-        onnx.save_model(
-            model,
-            path,
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=os.path.basename(path) + ".data",
-            size_threshold=1024,
-        )
-    else:
-        onnx.save_model(model, path)
+    with open(path, "wb") as f:
+        f.write(exported.model.SerializeToString())
+    if exported.external:
+        data_path = os.path.join(os.path.dirname(path), exported.external_location)
+        logger.info("writing %.1f MB of weights as external data to %s", exported.weight_bytes / 1e6, data_path)
+        with open(data_path, "wb") as f:
+            offset = 0
+            for t in exported.model.graph.initializer:
+                arr = exported.external.get(t.name)
+                if arr is None:
+                    continue
+                want = int(next(kv.value for kv in t.external_data if kv.key == "offset"))
+                f.write(b"\0" * (want - offset))
+                f.write(arr.reshape(-1).view(np.uint8).data)
+                offset = want + arr.nbytes
     return path
-
-
-def _itemsize(onnx_dtype: int) -> int:
-    from onnx import helper
-
-    return int(np.dtype(helper.tensor_dtype_to_np_dtype(onnx_dtype)).itemsize)

@@ -111,7 +111,7 @@ def check_symbol(
     args, aux = params if params is not None else random_params(sym, shapes, seed, dtype)
     feeds = dict(inputs) if inputs is not None else random_inputs(shapes, seed + 1, dtype)
     ref = run_native(sym, shapes, args, aux, feeds)
-    got, _ = run_onnx_whole(sym, shapes, args, aux, feeds)
+    got, _ = run_onnx_whole(sym, shapes, args, aux, feeds, dtypes={k: dtype for k in shapes} if dtype != "float32" else None)
     rtol, atol = tol or OP_TOL[dtype]
     assert len(got) == len(ref)
     for r, g in zip(ref, got):

@@ -84,7 +84,7 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
         from onnx import helper
 
-        from ..onnx_export import EXTERNAL_DATA_THRESHOLD, save_model
+        from ..onnx_export import save_model
 
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -93,9 +93,9 @@ class OnnxRuntimeBackend(Backend):
         so.log_severity_level = 3
         model = exported.model
         try:
-            if exported.weight_bytes > EXTERNAL_DATA_THRESHOLD:
+            if exported.external:
                 with tempfile.TemporaryDirectory(prefix="mx_trt_") as tmp:
-                    path = save_model(model, os.path.join(tmp, f"{options.name}.onnx"))
+                    path = save_model(exported, os.path.join(tmp, f"{options.name}.onnx"))
                     session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             else:
                 session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -13,8 +13,9 @@ USE_TENSORRT ?= 0
 # TensorRT-RTX from PyPI (requirements/trt-rtx.txt, about 95 MB, binaries
 # included). Its builder works without a GPU, so exported subgraphs can be
 # parsed and built into plans on a CPU-only machine; running the plans needs
-# a supported GPU.
-USE_TENSORRT_RTX ?= 0
+# a supported GPU. On by default: the test suite's TensorRT build gate
+# (tests/test_trt_rtx_gate.py) parses and builds every exported subgraph with it.
+USE_TENSORRT_RTX ?= 1
 
 # ONNX Runtime, the CPU backend that runs the fused subgraphs where there is
 # no GPU: the embedded default.

@@ -1000,7 +1000,8 @@ class EngineCache:
                 total -= u.nbytes
                 removed += 1
         if removed:
-            logger.info("engine cache: evicted %d least recently used entries to stay under %s", removed, self._limit_text())
+            logger.info("engine cache: evicted %d least recently used entries to stay under %s",
+                        removed, self._limit_text())
         if total > self.max_bytes:
             mine = sum(u.nbytes for u in usages if u.key == keep)
             if mine > self.max_bytes:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from .api import (
     bind_info,
+    get_optimization_profiles,
     get_optimized_symbol,
     get_use_fp16,
     get_use_tensorrt,
     init_tensorrt_params,
+    set_optimization_profiles,
     set_use_fp16,
     set_use_tensorrt,
     tensorrt_bind,
@@ -33,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "bind_info", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt", "init_tensorrt_params",
-    "set_use_fp16", "set_use_tensorrt", "tensorrt_bind",
+    "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles", "get_optimization_profiles",
     "BackendUnavailableError", "CacheError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
 ]

@@ -11,13 +11,14 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from . import hook
 from .errors import MxTrtError
-from .settings import get_use_fp16, set_use_fp16
+from .settings import get_optimization_profiles, get_use_fp16, set_optimization_profiles, set_use_fp16
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "set_use_tensorrt", "get_use_tensorrt", "set_use_fp16", "get_use_fp16",
     "tensorrt_bind", "get_optimized_symbol", "init_tensorrt_params", "bind_info",
+    "set_optimization_profiles", "get_optimization_profiles",
 ]
 
 

@@ -26,12 +26,15 @@ from passes.partition import PartitionResult, Subgraph, partition
 from passes.validate import check_acyclic
 
 from . import hook
-from .backends import Backend, BuildOptions, select_backend
+from .backends import Backend, select_backend
 from .converters.registry import check as check_op
-from .errors import BackendUnavailableError, EngineBuildError, MxTrtError, ParamMismatchError, ShapeError
+from .errors import BackendUnavailableError, MxTrtError, ParamMismatchError, ShapeError
 from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
 from .graph_import import graph_to_json, symbol_to_graph
-from .onnx_export import ExportedSubgraph, entry_name, export_subgraph, op_spec
+from .engines import EngineProvider, SubgraphJob
+from .onnx_export import entry_name, op_spec
+from .profiles import SubgraphExporter, batch_ranges
+from .progress import BuildProgress
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -157,6 +160,8 @@ class BindInfo:
         native_failures: Subgraph name -> why its engine was not built.
         backend: Backend name.
         timings: Seconds spent per pipeline stage.
+        builds / loads / reuses: Engines built, loaded from the plan cache, and
+            reused from this process's earlier binds.
     """
 
     symbol: Any
@@ -167,6 +172,9 @@ class BindInfo:
     native_failures: Dict[str, str] = field(default_factory=dict)
     backend: str = ""
     timings: Dict[str, float] = field(default_factory=dict)
+    builds: int = 0
+    loads: int = 0
+    reuses: int = 0
 
     def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Drop weights baked into engines from ``copy_params_from``'s dicts after checking them.
@@ -274,7 +282,7 @@ def bind_with_backend(
     timings["analyze"] = time.perf_counter() - t0
     absorbed_ids = plan.absorbed_ids()
 
-    # Weights of nodes inside engines, as numpy, once.
+    # Weights of nodes inside engines, as numpy and digested, once.
     needed: Set[str] = set()
     inside = {nid for s in plan.partition.subgraphs for nid in s.nodes}
     for nid in inside:
@@ -283,30 +291,43 @@ def bind_with_backend(
             if src.is_variable and e.node in absorbed_ids:
                 needed.add(src.name)
     weights_np = {k: _to_numpy(params[k]) for k in sorted(needed)}
+    digests_all = {k: _digest(v) for k, v in weights_np.items()}
+    ranges = batch_ranges(settings, shapes)
+    timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
 
     t1 = time.perf_counter()
-    built: List[Tuple[Subgraph, ExportedSubgraph, FusedEngine]] = []
-    failures: Dict[str, str] = {}
+    cache = _engine_cache()
     subgraphs = plan.partition.subgraphs
+    progress = BuildProgress(len(subgraphs))
+    provider = EngineProvider(backend, _device_id(ctx), cache, progress.phase)
+    exporter = SubgraphExporter(sym, shapes, params, type_dict, graph, weights_np, settings.fp16, ranges)
+    built: List[Tuple[Subgraph, FusedEngine]] = []
+    failures: Dict[str, str] = {}
     for k, sg in enumerate(subgraphs):
         ins, outs = boundary(graph, sg.nodes, absorbed_ids)
-        logger.info("building engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
+        progress.start(k, sg.name, len(sg.nodes))
+        logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
                     k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
+        job = _job(sg, graph, ins, outs, digests_all, settings.fp16, ranges, exporter)
         try:
-            exported = export_subgraph(graph, sg.nodes, ins, outs, weights_np, name=sg.name)
-            engine = backend.build(exported, BuildOptions(device_id=_device_id(ctx), fp16=settings.fp16, name=sg.name))
-        except (EngineBuildError, MxTrtError) as exc:
+            engine, source = provider.get(job)
+        except MxTrtError as exc:
             failures[sg.name] = str(exc)
             logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
                            _op_summary(graph, sg.nodes), exc)
             continue
         out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
-        fused = register_engine(sg.name, engine, exported.input_names, out_names)
-        built.append((sg, exported, fused))
+        fused = register_engine(sg.name, engine, [entry_name(graph, e) for e in ins], out_names)
+        fused.source = source
+        fused.build_count = int(source == "built")
+        if ranges and engine.batch_ranges:
+            fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings, ranges, digests_all)
+        built.append((sg, fused))
+    progress.done()
     timings["export_build"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    kept = [sg for sg, _, _ in built]
+    kept = [sg for sg, _ in built]
     fres = fuse(graph, kept, absorbed_ids, fused_op=OP_TYPE)
     new_graph, extra = _custom_nodes(fres, built, graph)
     new_sym = mx.sym.load_json(graph_to_json(new_graph, extra))
@@ -332,12 +353,10 @@ def bind_with_backend(
     timings["bind"] = time.perf_counter() - t3
 
     absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
-    digests = {}
-    for name in sorted(absorbed_names):
-        arr = weights_np.get(name)
-        digests[name] = _digest(arr if arr is not None else _to_numpy(params[name]))
-    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, _, f in built], absorbed=digests,
-                    native_failures=failures, backend=backend.name, timings=timings)
+    digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
+    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
+                    native_failures=failures, backend=backend.name, timings=timings,
+                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses)
     exe._mx_trt = info
     inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
     logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); bind took %.2f s",
@@ -345,13 +364,13 @@ def bind_with_backend(
     return exe, info
 
 
-def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, ExportedSubgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:
+def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:
     """Turn fused IR nodes into MXNet ``Custom`` nodes naming their engines.
 
     A fused node with a single output that is a graph output takes the name of the
     node that produced it, so ``executor.output_dict`` keeps its keys.
     """
-    by_name = {sg.name: f for sg, _, f in built}
+    by_name = {sg.name: f for sg, f in built}
     g = fres.graph
     extra: Dict[int, Dict[str, str]] = {}
     heads = set(g.heads)
@@ -369,6 +388,43 @@ def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, ExportedSubg
                 node.name = src.name
                 taken.add(src.name)
     return g, extra
+
+
+def _engine_cache() -> Any:
+    """The plan cache from the environment, or ``None`` (disabled or unusable, with a warning)."""
+    from .cache import EngineCache
+    from .errors import CacheError
+
+    try:
+        return EngineCache.from_env()
+    except (CacheError, OSError) as exc:
+        logger.warning("plan cache disabled: %s", exc)
+        return None
+
+
+def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],
+         fp16: bool, ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
+    used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
+    return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
+                       weight_digests={k: v for k, v in digests.items() if k in used}, fp16=fp16, batch_ranges=ranges,
+                       export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges))
+
+
+class _Rebuilder:
+    """Builds a fused node's engine again for a batch outside its profiles (``executor.reshape``)."""
+
+    def __init__(self, exporter: SubgraphExporter, provider: EngineProvider, sg: Subgraph, absorbed: Set[int],
+                 settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str]) -> None:
+        self.exporter, self.provider, self.sg, self.absorbed = exporter, provider, sg, absorbed
+        self.settings, self.ranges, self.digests = settings, list(ranges), digests
+
+    def __call__(self, batch: int) -> Any:
+        ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))]
+        graph = self.exporter.graph_at(batch)
+        ins, outs = boundary(graph, self.sg.nodes, self.absorbed)
+        engine, _ = self.provider.get(_job(self.sg, graph, ins, outs, self.digests, self.settings.fp16, ranges, self.exporter))
+        self.ranges = ranges
+        return engine
 
 
 def _to_numpy(v: Any) -> np.ndarray:

@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -51,10 +51,34 @@ class FusedEngine:
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.run_count = 0
+        self.build_count = 0
+        self.source = ""
+        self.rebuild: Optional[Callable[[int], Engine]] = None
         self.lock = threading.Lock()
         with _lock:
             self.key = f"{name}:{next(_counter)}"
             _ENGINES[self.key] = self
+
+
+    def output_shapes(self, shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, ...]]:
+        """Output shapes for ``shapes``; outside the engine's batch profiles, build a new engine.
+
+        Raises:
+            ShapeError: the shapes do not fit and no new engine can be built.
+        """
+        try:
+            return self.engine.output_shapes(shapes)
+        except ShapeError as exc:
+            batch = shapes[0][0] if shapes and shapes[0] else None
+            if self.rebuild is None or batch is None or any(s[1:] != t.shape[1:] for s, t in zip(shapes, self.engine.inputs)):
+                logger.error("%s: %s", self.name, exc)
+                raise
+            logger.warning("%s: batch %d is outside the engine's profiles %s: building a new engine",
+                           self.name, batch, self.engine.batch_ranges)
+            with self.lock:
+                self.engine = self.rebuild(int(batch))
+                self.build_count += 1
+            return self.engine.output_shapes(shapes)
 
 
 def lookup_engine(key: str) -> FusedEngine:
@@ -160,11 +184,7 @@ def _register() -> None:
 
         def infer_shape(self, in_shape: List[Any]) -> Tuple[List[Any], List[Any], List[Any]]:
             shapes = [tuple(int(d) for d in s) for s in in_shape]
-            try:
-                outs = self.fused.engine.output_shapes(shapes)
-            except ShapeError as exc:
-                logger.error("%s: %s", self.fused.name, exc)
-                raise
+            outs = self.fused.output_shapes(shapes)
             return [list(s) for s in shapes], [list(s) for s in outs], []
 
         def infer_type(self, in_type: List[Any]) -> Tuple[List[Any], List[Any], List[Any]]:
@@ -180,8 +200,84 @@ def _register() -> None:
             return FusedOp(self.fused)
 
 
+_GpuFusedOp: Any = None
+
+
 def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
-    raise MxTrtError(f"{fused.name}: no GPU engine runtime is available in this build")
+    """The fused operator for a GPU context: the engine reads and writes MXNet's device memory.
+
+    Each operator instance (one per executor) owns a runner from
+    ``engine.create_runner()``: its own execution context and CUDA stream.
+    ``req`` is honoured as on the CPU: ``write``/``inplace`` write in place,
+    ``add``/``null`` (and an output aliasing an input) go through a device
+    scratch array, added or copied by MXNet afterwards.
+
+    Raises:
+        MxTrtError: the engine cannot run on a GPU (no ``create_runner``).
+    """
+    global _GpuFusedOp
+    if not callable(getattr(fused.engine, "create_runner", None)):
+        raise MxTrtError(f"{fused.name}: the {type(fused.engine).__name__} engine cannot run on {ctx}; "
+                         "bind on mx.cpu() or use a TensorRT backend")
+    if _GpuFusedOp is None:
+        import mxnet as mx
+
+        class GpuFusedOp(mx.operator.CustomOp):  # type: ignore[misc]
+            def __init__(self, fused: FusedEngine, ctx: Any) -> None:
+                super().__init__()
+                self.fused = fused
+                self.ctx = ctx
+                self.runner: Any = None
+                self.scratch: Dict[int, Any] = {}
+
+            def forward(self, is_train: bool, req: List[str], in_data: List[Any], out_data: List[Any], aux: List[Any]) -> None:
+                fused = self.fused
+                dev = int(self.ctx.device_id)
+                ins = [Buffer(data_ptr(a), tuple(a.shape), _dtype_name(a), dev) for a in in_data]
+                in_ptrs = {b.ptr for b in ins}
+                outs: List[Buffer] = []
+                post: List[Tuple[int, str]] = []
+                for i, (a, r) in enumerate(zip(out_data, req)):
+                    shape = tuple(a.shape)
+                    dt = _dtype_name(a)
+                    ptr = data_ptr(a)
+                    if r in ("write", "inplace") and ptr not in in_ptrs:
+                        outs.append(Buffer(ptr, shape, dt, dev))
+                        continue
+                    buf = self.scratch.get(i)
+                    if buf is None or tuple(buf.shape) != shape or _dtype_name(buf) != dt:
+                        buf = mx.nd.empty(shape, ctx=self.ctx, dtype=dt)
+                        self.scratch[i] = buf
+                    outs.append(Buffer(data_ptr(buf), shape, dt, dev))
+                    post.append((i, r))
+                with fused.lock:
+                    # A reshape outside the profiles may have replaced the engine.
+                    if self.runner is None or self.runner.engine is not fused.engine:
+                        if self.runner is not None:
+                            self.runner.close()
+                        engine: Any = fused.engine
+                        self.runner = engine.create_runner()
+                    self.runner.run(ins, outs)
+                    fused.run_count += 1
+                # The runner synchronized its stream, so the scratch arrays hold the
+                # results; MXNet's own ops (ordered by its engine) add or copy them.
+                for i, r in post:
+                    if r != "null":
+                        self.assign(out_data[i], "add" if r == "add" else "write", self.scratch[i])
+
+            def backward(self, req: Any, out_grad: Any, in_data: Any, out_data: Any, in_grad: Any, aux: Any) -> None:
+                raise MxTrtError("mx_trt fused nodes are inference-only; bind with grad_req='null'")
+
+            def __del__(self) -> None:
+                runner, self.runner = self.runner, None
+                if runner is not None:
+                    try:
+                        runner.close()
+                    except Exception:  # interpreter shutdown
+                        pass
+
+        _GpuFusedOp = GpuFusedOp
+    return _GpuFusedOp(fused, ctx)
 
 
 _registered = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -68,6 +68,9 @@ class ExportedSubgraph:
     Attributes:
         model: The ONNX model (initializers inline).
         input_names: ONNX input names, in the order of the fused node's inputs.
+        input_specs / output_specs: ``(name, bound shape, dtype)`` per input / output.
+        batch_dim: The symbolic name of dimension 0 of every input and output when
+            the model is batch-dynamic, else ``None``.
         output_names: ONNX output names, in the order of the fused node's outputs.
         origin: ONNX node name -> MXNet node name, for error messages.
         weight_bytes: Bytes of initializers.
@@ -84,6 +87,9 @@ class ExportedSubgraph:
     weight_bytes: int = 0
     external: Dict[str, np.ndarray] = field(default_factory=dict)
     external_location: str = ""
+    input_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
+    output_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
+    batch_dim: Optional[str] = None
 
 
 def _np_to_onnx_dtype(dtype: Any) -> int:
@@ -263,8 +269,14 @@ def export_subgraph(
         opset_imports=[helper.make_opsetid("", opset)],
     )
     model.ir_version = min(model.ir_version, 9)
+    def spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:
+        return (n, tuple(graph.shapes[e]), graph.dtypes.get(e, "float32"))
+
     return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin,
-                            weight_bytes=weight_bytes, external=external, external_location=location if external else "")
+                            weight_bytes=weight_bytes, external=external, external_location=location if external else "",
+                            input_specs=[spec(n, e) for n, e in zip(in_names, inputs)],
+                            output_specs=[spec(n, e) for n, e in zip(out_names, outputs)],
+                            batch_dim=dynamic_batch)
 
 
 def save_model(exported: ExportedSubgraph, path: str) -> str:

@@ -4,16 +4,71 @@ Every variable is documented in README.md ("Environment variables").
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import MxTrtError
 
 logger = logging.getLogger(__name__)
 
 _fp16_override: Optional[bool] = None
+_profiles_override: Optional[List[Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]]] = None
+
+Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
+
+
+def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[Sequence[int]]]]]) -> None:
+    """Explicit optimization profiles for the next binds (overrides ``MXNET_TENSORRT_PROFILES``).
+
+    Args:
+        profiles: One dict per profile, mapping data input names to
+            ``(min_shape, opt_shape, max_shape)``. Only the batch dimension (0)
+            may differ from the bound shape. ``None`` clears the override.
+
+    Example::
+
+        mx_trt.set_optimization_profiles([
+            {"data": ((1, 3, 224, 224), (1, 3, 224, 224), (4, 3, 224, 224))},
+            {"data": ((5, 3, 224, 224), (16, 3, 224, 224), (32, 3, 224, 224))},
+        ])
+    """
+    global _profiles_override
+    _profiles_override = None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles")
+
+
+def _parse_profiles(raw: Any, where: str) -> List[Profile]:
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise MxTrtError(f"{where}: expected a non-empty list of profiles, got {raw!r}")
+    out: List[Profile] = []
+    for p in raw:
+        if not isinstance(p, Mapping) or not p:
+            raise MxTrtError(f"{where}: each profile is a dict of input name -> [min, opt, max] shapes, got {p!r}")
+        prof: Profile = {}
+        for name, triple in p.items():
+            try:
+                mn, op, mx = (tuple(int(d) for d in s) for s in triple)
+            except (TypeError, ValueError):
+                raise MxTrtError(f"{where}: input {name!r} needs [min_shape, opt_shape, max_shape], got {triple!r}") from None
+            prof[str(name)] = (mn, op, mx)
+        out.append(prof)
+    return out
+
+
+def get_optimization_profiles() -> Optional[List[Profile]]:
+    """The explicit profiles in force: :func:`set_optimization_profiles`, else ``MXNET_TENSORRT_PROFILES`` (JSON)."""
+    if _profiles_override is not None:
+        return _profiles_override
+    raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise MxTrtError(f"MXNET_TENSORRT_PROFILES is not valid JSON: {exc}") from None
+    return _parse_profiles(data, "MXNET_TENSORRT_PROFILES")
 
 
 def set_use_fp16(status: bool) -> None:
@@ -65,12 +120,16 @@ class Settings:
         backend: Forced backend name or ``None`` for the context's default
             (``MXNET_TENSORRT_BACKEND``).
         fp16: Build fp16 engines (``MXNET_TENSORRT_USE_FP16`` / :func:`set_use_fp16`).
+        max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
+        profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
     min_subgraph_size: int = 2
     backend: Optional[str] = None
     fp16: bool = False
+    max_batch_size: Optional[int] = None
+    profiles: Optional[List[Profile]] = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -83,4 +142,6 @@ class Settings:
             min_subgraph_size=_env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", DEFAULT_MIN_SUBGRAPH_SIZE, 1),
             backend=backend,
             fp16=get_use_fp16(),
+            max_batch_size=_env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
+            profiles=get_optimization_profiles(),
         )

@@ -1,0 +1,216 @@
+"""Getting an engine for a subgraph: reuse one in this process, load one from the plan cache, or build one.
+
+The cache key is a sha256 over everything an engine depends on: the canonical
+subgraph (node names, ops, attributes, wiring), the shapes and dtypes at its
+boundary, the sha256 of every weight baked into it, the precision, the batch
+profiles, the backend and its version, the device (compute capability, or CPU
+model for ONNX Runtime's optimized models), and a fingerprint of mx_trt's own
+converters. A changed weight, shape, precision, library or device never reuses
+a stale engine.
+
+Lookup order for one subgraph:
+
+1. this process's pool: an engine for the same subgraph whose batch profile
+   covers the bound batch (a rebind within ``MXNET_TENSORRT_MAX_BATCH_SIZE``
+   builds nothing);
+2. the plan cache on disk (``MXNET_TENSORRT_CACHE_DIR``), under a per-key file
+   lock so that processes binding the same model at once build it once;
+3. export and build, then store in both.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from passes.ir import Entry, Graph
+
+from .backends.base import Backend, BatchRange, BuildOptions, Engine
+from .errors import CacheError, EngineBuildError
+from .onnx_export import ExportedSubgraph, entry_name
+
+logger = logging.getLogger(__name__)
+
+KEY_FORMAT = 1
+
+
+@functools.lru_cache(maxsize=1)
+def converter_fingerprint() -> str:
+    """sha256 of the code that decides what an exported subgraph looks like."""
+    from . import __version__
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.join(root, "onnx_export.py"), os.path.join(root, "precision.py")]
+    conv = os.path.join(root, "converters")
+    files += sorted(os.path.join(conv, f) for f in os.listdir(conv) if f.endswith(".py"))
+    h = hashlib.sha256(__version__.encode())
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+@dataclass
+class SubgraphJob:
+    """What is needed to get an engine for one subgraph.
+
+    Attributes:
+        name: Subgraph name.
+        graph: The whole graph (bound shapes).
+        nodes: The subgraph's operator nodes.
+        inputs / outputs: Boundary entries.
+        weight_digests: sha256 per weight name consumed inside.
+        fp16: Precision.
+        batch_ranges: Requested batch profiles, empty for static.
+        export: Callable producing the exported subgraph (bound shapes, batch
+            dimension symbolic when ``batch_ranges`` and the export allows it).
+    """
+
+    name: str
+    graph: Graph
+    nodes: Sequence[int]
+    inputs: Sequence[Entry]
+    outputs: Sequence[Entry]
+    weight_digests: Mapping[str, str]
+    fp16: bool
+    batch_ranges: Sequence[BatchRange]
+    export: Callable[[], ExportedSubgraph]
+
+    def canonical(self, batch_symbolic: bool) -> Dict[str, Any]:
+        g = self.graph
+        members = set(self.nodes)
+        local = {nid: i for i, nid in enumerate(sorted(members))}
+        ins = {e: k for k, e in enumerate(self.inputs)}
+
+        def ref(e: Entry) -> Any:
+            if e.node in local:
+                return ["n", local[e.node], e.index]
+            if e in ins:
+                return ["in", ins[e]]
+            return ["w", g.nodes[e.node].name, self.weight_digests.get(g.nodes[e.node].name, "")]
+
+        def shape(e: Entry) -> List[Any]:
+            s: List[Any] = list(g.shapes[e])
+            if batch_symbolic and s:
+                s[0] = "batch"
+            return s
+
+        return {
+            "nodes": [[g.nodes[n].name, g.nodes[n].op, sorted(g.nodes[n].attrs.items()), [ref(e) for e in g.nodes[n].inputs]]
+                      for n in sorted(members)],
+            "inputs": [[entry_name(g, e), shape(e), g.dtypes.get(e, "float32")] for e in self.inputs],
+            "outputs": [[entry_name(g, e), shape(e), g.dtypes.get(e, "float32")] for e in self.outputs],
+        }
+
+
+_pool: Dict[str, "weakref.WeakSet[Engine]"] = {}
+_pool_lock = threading.Lock()
+
+
+def clear_pool() -> None:
+    """Forget the engines kept for reuse in this process (engines in use stay alive)."""
+    with _pool_lock:
+        _pool.clear()
+
+
+class EngineProvider:
+    """Finds or builds engines for one bind (backend, device, cache)."""
+
+    def __init__(self, backend: Backend, device_id: int, cache: Any = None,
+                 progress: Optional[Callable[[str, int, int], None]] = None) -> None:
+        self.backend = backend
+        self.device_id = device_id
+        self.cache = cache
+        self.progress = progress
+        self.builds = 0
+        self.loads = 0
+        self.reuses = 0
+
+    def _parts(self, job: SubgraphJob, with_ranges: bool) -> Dict[str, Any]:
+        parts: Dict[str, Any] = {
+            "format": KEY_FORMAT,
+            "converters": converter_fingerprint(),
+            "subgraph": job.canonical(batch_symbolic=bool(job.batch_ranges)),
+            "precision": "fp16" if job.fp16 else "fp32",
+            "backend": self.backend.version(),
+            "device": self.backend.device_signature(self.device_id),
+        }
+        if with_ranges:
+            parts["bound"] = [list(job.graph.shapes[e]) for e in job.inputs]
+            parts["batch_ranges"] = [list(r) for r in job.batch_ranges]
+        return parts
+
+    def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
+        """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
+
+        Raises:
+            EngineBuildError, ConversionError, MissingWeightError: the build failed.
+        """
+        from .cache import make_key
+
+        batch = job.graph.shapes[job.inputs[0]][0] if job.inputs and job.graph.shapes[job.inputs[0]] else None
+        pool_key = make_key(self._parts(job, with_ranges=False))
+        with _pool_lock:
+            for eng in list(_pool.get(pool_key, ())):
+                if batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
+                    self.reuses += 1
+                    logger.info("%s: reusing an engine built earlier in this process (profiles %s)", job.name,
+                                eng.batch_ranges or "static")
+                    return eng, "memory"
+        key = make_key(self._parts(job, with_ranges=True))
+        opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
+                            extra={"batch_ranges": list(job.batch_ranges)})
+        if self.progress is not None:
+            opts.extra["progress"] = self.progress
+        if self.cache is None:
+            eng = self._build(job, opts)
+            source = "built"
+        else:
+            with self.cache.lock(key):
+                eng, source = self._from_cache_or_build(job, key, opts)
+        with _pool_lock:
+            _pool.setdefault(pool_key, weakref.WeakSet()).add(eng)
+        return eng, source
+
+    def _from_cache_or_build(self, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
+        entry = self.cache.get(key)
+        if entry is not None:
+            try:
+                eng = self.backend.load(entry.meta.get("engine", {}), entry.directory, opts)
+                self.loads += 1
+                logger.info("%s: engine loaded from the plan cache (%s)", job.name, key[:12])
+                return eng, "disk"
+            except EngineBuildError as exc:
+                logger.warning("%s: stored engine %s could not be loaded (%s); rebuilding", job.name, key[:12], exc)
+        opts.extra["keep_artifacts"] = True
+        if hasattr(self.cache, "path"):
+            opts.extra["timing_cache_path"] = self.cache.path(f"timing/{self.backend.version()}-{self._device_tag()}.cache")
+            opts.extra["runtime_cache_path"] = self.cache.path(f"runtime/{self.backend.version()}-{self._device_tag()}.cache")
+        eng = self._build(job, opts)
+        tmp = tempfile.mkdtemp(prefix="mx_trt_store_")
+        try:
+            meta = eng.save(tmp)
+            files = {f: os.path.join(tmp, f) for f in os.listdir(tmp)}
+            self.cache.put(key, {"engine": meta, "subgraph": job.name}, files)
+        except NotImplementedError as exc:
+            logger.debug("%s: engine not cached: %s", job.name, exc)
+        except (CacheError, OSError) as exc:
+            logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return eng, "built"
+
+    def _device_tag(self) -> str:
+        return hashlib.sha256(self.backend.device_signature(self.device_id).encode()).hexdigest()[:12]
+
+    def _build(self, job: SubgraphJob, opts: BuildOptions) -> Engine:
+        exported = job.export()
+        self.builds += 1
+        return self.backend.build(exported, opts)

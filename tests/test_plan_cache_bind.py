@@ -1,0 +1,109 @@
+"""The plan cache seen from a bind: warm binds load engines, stale or corrupt entries never serve.
+
+fp32 tolerance ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import mxnet as mx
+import numpy as np
+
+import mx_trt
+from mx_trt import engines
+from tests.mxcheck import OP_TOL, random_params
+
+RTOL, ATOL = OP_TOL["float32"]
+SHAPES = {"data": (2, 3, 8, 8)}
+
+
+def cnn():
+    x = mx.sym.var("data")
+    c = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    return mx.sym.FullyConnected(mx.sym.Activation(c, act_type="relu", name="relu"), num_hidden=3, name="fc")
+
+
+def bind(sym, args, aux, x):
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    exe.arg_dict["data"][:] = x
+    exe.forward(is_train=False)
+    return exe, exe.outputs[0].asnumpy()
+
+
+def entries(cache_dir):
+    return [d for root, dirs, files in os.walk(cache_dir) for d in files if d == "meta.json"]
+
+
+def test_warm_cache_loads_instead_of_building(monkeypatch, tmp_path):
+    cache_dir = tmp_path / "c"
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    sym = cnn()
+    args, aux = random_params(sym, SHAPES)
+    x = np.random.RandomState(0).uniform(-1, 1, SHAPES["data"]).astype("float32")
+    e1, out1 = bind(sym, args, aux, x)
+    assert (mx_trt.bind_info(e1).builds, mx_trt.bind_info(e1).loads) == (1, 0)
+    assert len(entries(cache_dir)) == 1
+    engines.clear_pool()  # as in a new process
+    e2, out2 = bind(sym, args, aux, x)
+    assert (mx_trt.bind_info(e2).builds, mx_trt.bind_info(e2).loads) == (0, 1)
+    np.testing.assert_array_equal(out1, out2)
+    # A changed weight is a different engine, never the stale one.
+    engines.clear_pool()
+    args2 = dict(args, conv_weight=args["conv_weight"] + 0.5)
+    e3, out3 = bind(sym, args2, aux, x)
+    assert mx_trt.bind_info(e3).builds == 1
+    with mx_trt.hook.disabled():
+        ref = sym.simple_bind(mx.cpu(), grad_req="null", **SHAPES)
+    ref.copy_params_from(args2, aux)
+    ref.arg_dict["data"][:] = x
+    ref.forward(is_train=False)
+    np.testing.assert_allclose(out3, ref.outputs[0].asnumpy(), rtol=RTOL, atol=ATOL)
+    assert len(entries(cache_dir)) == 2
+
+
+def test_precision_and_shape_are_part_of_the_key(monkeypatch, tmp_path):
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    sym = cnn()
+    args, aux = random_params(sym, SHAPES)
+    x = np.zeros(SHAPES["data"], "float32")
+    bind(sym, args, aux, x)
+    engines.clear_pool()
+    monkeypatch.setenv("MXNET_TENSORRT_USE_FP16", "1")
+    e, _ = bind(sym, args, aux, x)
+    assert mx_trt.bind_info(e).builds == 1
+
+
+def test_corrupt_entry_is_rebuilt_with_a_warning(monkeypatch, tmp_path, caplog):
+    cache_dir = tmp_path / "c"
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    sym = cnn()
+    args, aux = random_params(sym, SHAPES)
+    x = np.random.RandomState(0).uniform(-1, 1, SHAPES["data"]).astype("float32")
+    _, good = bind(sym, args, aux, x)
+    # Truncate the stored engine.
+    stored = [os.path.join(r, f) for r, _, fs in os.walk(cache_dir) for f in fs if f.startswith("model")]
+    assert stored
+    with open(stored[0], "r+b") as f:
+        f.truncate(100)
+    engines.clear_pool()
+    with caplog.at_level(logging.WARNING):
+        e, out = bind(sym, args, aux, x)
+    assert mx_trt.bind_info(e).builds == 1
+    assert any("corrupt" in r.getMessage().lower() or "mismatch" in r.getMessage().lower() or "size" in r.getMessage().lower()
+               for r in caplog.records if r.levelno == logging.WARNING)
+    np.testing.assert_array_equal(out, good)
+
+
+def test_disabled_cache_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", "")
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    sym = cnn()
+    args, aux = random_params(sym, SHAPES)
+    bind(sym, args, aux, np.zeros(SHAPES["data"], "float32"))
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / ".cache").exists()

@@ -12,6 +12,7 @@ Pipeline (one explicit list, run at every bind with the pass on)::
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import time
@@ -143,8 +144,41 @@ def analyze(
     return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)
 
 
-def _digest(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+def _digest(a: Any) -> str:
+    """sha256 of an array's bytes; reads a CPU NDArray in place, without a copy."""
+    import mxnet as mx
+
+    if isinstance(a, mx.nd.NDArray) and a.context.device_type == "cpu" and a.stype == "default":
+        from .fused_op import data_ptr
+
+        a.wait_to_read()
+        n = int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
+        if n == 0:
+            return hashlib.sha256(b"").hexdigest()
+        return hashlib.sha256((ctypes.c_char * n).from_address(data_ptr(a))).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(_to_numpy(a)).tobytes()).hexdigest()
+
+
+class _LazyWeights(Mapping[str, np.ndarray]):
+    """Weights as numpy arrays, converted on first use (a warm plan cache needs none)."""
+
+    def __init__(self, params: Mapping[str, Any], names: Set[str]) -> None:
+        self._params = params
+        self._names = names
+        self._done: Dict[str, np.ndarray] = {}
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        if k not in self._names:
+            raise KeyError(k)
+        if k not in self._done:
+            self._done[k] = _to_numpy(self._params[k])
+        return self._done[k]
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass
@@ -194,8 +228,7 @@ class BindInfo:
                 if digest is None:
                     kept[name] = value
                     continue
-                arr = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
-                if _digest(arr) != digest:
+                if _digest(value) != digest:
                     raise ParamMismatchError(
                         f"weight {name!r} was baked into a TensorRT engine at bind time and the new value differs; "
                         "bind again (simple_bind with the new weights in shared_buffer) to use it"
@@ -290,8 +323,8 @@ def bind_with_backend(
             src = graph.nodes[e.node]
             if src.is_variable and e.node in absorbed_ids:
                 needed.add(src.name)
-    weights_np = {k: _to_numpy(params[k]) for k in sorted(needed)}
-    digests_all = {k: _digest(v) for k, v in weights_np.items()}
+    weights_np = _LazyWeights(params, needed)
+    digests_all = {k: _digest(params[k]) for k in sorted(needed)}
     ranges = batch_ranges(settings, shapes)
     timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
 

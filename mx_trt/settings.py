@@ -71,10 +71,10 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
     return _parse_profiles(data, "MXNET_TENSORRT_PROFILES")
 
 
-def set_use_fp16(status: bool) -> None:
-    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``)."""
+def set_use_fp16(status: Optional[bool]) -> None:
+    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``; ``None`` clears)."""
     global _fp16_override
-    _fp16_override = bool(status)
+    _fp16_override = None if status is None else bool(status)
 
 
 def get_use_fp16() -> bool:

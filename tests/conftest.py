@@ -17,6 +17,12 @@ def _isolated_engines(monkeypatch, tmp_path):
     except ImportError:  # tests of passes/ alone do not need mx_trt
         yield
         return
+    from mx_trt import settings
+
     engines.clear_pool()
+    settings.set_use_fp16(None)
+    settings.set_optimization_profiles(None)
     yield
     engines.clear_pool()
+    settings.set_use_fp16(None)
+    settings.set_optimization_profiles(None)

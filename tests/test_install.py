@@ -160,3 +160,43 @@ def test_requirement_pins_agree_with_constraints() -> None:
             continue  # the lock itself, and files installed apart from the lock
         for name, version in _pins(f).items():
             assert locked.get(name) == version, f"{f.name}: {name}=={version}, constraints.txt has {locked.get(name)}"
+
+
+def test_design_example_runs_without_importing_mx_trt(site_packages: Path, tmp_path: Path) -> None:
+    # The user's code is the design's example, verbatim in spirit: no mx_trt import.
+    code = """
+        import json, os
+        import numpy as np
+        import mxnet as mx
+
+        def merge_dicts(*dict_args):
+            result = {}
+            for dictionary in dict_args:
+                result.update(dictionary)
+            return result
+
+        data = mx.sym.var("data")
+        sym = mx.sym.FullyConnected(mx.sym.Activation(mx.sym.Convolution(data, num_filter=4, kernel=(3, 3),
+                                    name="conv"), act_type="relu", name="relu"), num_hidden=3, name="fc")
+        arg_shapes, _, _ = sym.infer_shape(data=(1, 3, 8, 8))
+        rng = np.random.RandomState(0)
+        arg_params = {n: mx.nd.array(rng.uniform(-1, 1, s)) for n, s in zip(sym.list_arguments(), arg_shapes) if n != "data"}
+        aux_params = {}
+        x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+        outs = {}
+        for flag in ("0", "1"):
+            os.environ["MXNET_USE_TENSORRT"] = flag
+            executor = sym.simple_bind(ctx=mx.cpu(), data=(1, 3, 8, 8),
+                                       shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
+            if flag == "0":
+                executor.copy_params_from(arg_params, aux_params)
+            executor.arg_dict["data"][:] = x
+            executor.forward(is_train=False)
+            outs[flag] = (executor.outputs[0].asnumpy(), hasattr(executor, "_mx_trt"), sorted(executor.arg_dict))
+        print(json.dumps({"diff": float(np.abs(outs["0"][0] - outs["1"][0]).max()),
+                          "accelerated": [outs["0"][1], outs["1"][1]], "args": outs["1"][2]}))
+    """
+    out = _run(code, tmp_path, MXNET_TENSORRT_CACHE_DIR="")
+    assert out["accelerated"] == [False, True]
+    assert out["args"] == ["data"]
+    assert out["diff"] <= 1e-5  # fp32, a three-layer net

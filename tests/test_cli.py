@@ -1,0 +1,265 @@
+"""``mxtrt`` end to end on tiny checkpoints written to a temporary folder.
+
+The main model has a user Python custom op in the middle, so it partitions
+into two subgraphs around one native node::
+
+    data -> a_conv -> a_relu -> [sq] -> b_conv -> b_relu -> fc
+
+The second one (``plain``) converts entirely, so ``bench`` can time it as one engine.
+The CLI runs in-process through ``main(argv)``, and once as ``python -m mx_trt.cli``.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mx_trt import cli
+from mx_trt.backends import onnxruntime as ort_backend
+from tests import userops
+from tests.mxcheck import random_params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPE = ["--shape", "data=1,3,8,8"]
+
+
+def conv_relu(x, name):
+    c = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name=f"{name}_conv")
+    return mx.sym.Activation(c, act_type="relu", name=f"{name}_relu")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ckpt")
+    x = mx.sym.var("data")
+    net = mx.sym.FullyConnected(conv_relu(userops.square(conv_relu(x, "a"), "sq"), "b"), num_hidden=10, name="fc")
+    plain = mx.sym.FullyConnected(conv_relu(x, "a"), num_hidden=10, name="fc")
+    out = {}
+    for name, sym in (("net", net), ("plain", plain)):
+        args, aux = random_params(sym, {"data": (1, 3, 8, 8)})
+        prefix = str(d / name)
+        mx.model.save_checkpoint(prefix, 3, sym, args, aux)
+        out[name] = prefix
+    return out
+
+
+def run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def test_partition_table(models, capsys):
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"model: {models['net']}  inputs: data (1, 3, 8, 8)  backend: onnxruntime")
+    assert lines[1].startswith("operators: 5 of 6 in 2 engines (83.3%); multiply-adds (estimated): ")
+    rows = [ln.split() for ln in lines if ln.lstrip().startswith(("0 ", "1 "))]
+    assert rows[0][:7] == ["0", "trt_subgraph_0", "2", "1", "data", "1", "a_relu"]
+    assert rows[1][:7] == ["1", "trt_subgraph_1", "3", "1", "sq", "1", "fc"]
+    assert "  Custom (1)" in lines
+    assert "    no converter for operator Custom: sq" in lines
+
+
+def test_partition_json_svg_html(models, capsys, tmp_path):
+    svg, page = tmp_path / "g.svg", tmp_path / "g.html"
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--json", "--svg", svg, "--html", page)
+    assert code == 0, err
+    data = json.loads(out)
+    assert [s["nodes"] for s in data["subgraphs"]] == [["a_conv", "a_relu"], ["b_conv", "b_relu", "fc"]]
+    assert all(s["engine"] for s in data["subgraphs"])
+    assert data["native"] == {"Custom": [{"node": "sq", "reason": "no converter for operator Custom"}]}
+    assert data["ops"] == {"total": 6, "in_engines": 5, "share": 5 / 6}
+    assert data["macs"]["in_engines"] == data["macs"]["total"] > 0
+    root = ET.parse(svg).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    fills = {}
+    for g in root.iter(f"{ns}g"):
+        if g.get("class") == "op":
+            fills.setdefault(g.get("data-subgraph"), set()).add(g.find(f"{ns}rect").get("fill"))
+    assert sorted(fills) == ["trt_subgraph_0", "trt_subgraph_1"]
+    assert all(len(v) == 1 for v in fills.values()) and len(set.union(*fills.values())) == 2
+    reasons = [g.get("data-reason") for g in root.iter(f"{ns}g") if g.get("class") == "native"]
+    assert reasons == ["no converter for operator Custom"]
+    assert "<svg" in page.read_text() and "wrote" in err
+
+
+def test_partition_build_and_exclude(models, capsys, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_EXCLUDE_OPS", "FullyConnected")
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--build", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [s["nodes"] for s in data["subgraphs"]] == [["a_conv", "a_relu"], ["b_conv", "b_relu"]]
+    assert data["native"]["FullyConnected"] == [
+        {"node": "fc", "reason": "FullyConnected is listed in MXNET_TENSORRT_EXCLUDE_OPS"}]
+
+
+def test_verify_pass(models, capsys):
+    code, out, err = run(capsys, "verify", models["net"], *SHAPE, "--seed", "3")
+    assert code == 0, err
+    assert "seed 3" in out and "2 engine(s) holding 5 of 6 operators" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("fc_output"))
+    assert row.split()[1] == "1x10" and row.split()[-1] == "pass"
+    assert out.splitlines()[-1].startswith("PASS: 1 of 1 outputs within")
+
+
+def _perturbing_run(original):
+    def run(self, inputs, outputs):
+        original(self, inputs, outputs)
+        for b in outputs:
+            n = int(np.prod(b.shape))
+            arr = np.ctypeslib.as_array((ctypes.c_float * n).from_address(b.ptr))
+            arr += 0.5
+    return run
+
+
+def test_verify_fails_with_exit_1(models, capsys, monkeypatch):
+    monkeypatch.setattr(ort_backend.OrtEngine, "run", _perturbing_run(ort_backend.OrtEngine.run))
+    code, out, err = run(capsys, "verify", models["net"], *SHAPE, "--json")
+    assert code == 1, err
+    data = json.loads(out)
+    assert data["pass"] is False and data["precision"] == "float32"
+    (o,) = data["outputs"]
+    assert o["name"] == "fc_output" and not o["pass"] and o["max_abs_err"] > 0.1 and o["cosine"] < 1.0
+
+
+def test_verify_zero_tolerance_and_table(models, capsys, monkeypatch):
+    monkeypatch.setattr(ort_backend.OrtEngine, "run", _perturbing_run(ort_backend.OrtEngine.run))
+    code, out, _ = run(capsys, "verify", models["net"], *SHAPE, "--rtol", "0", "--atol", "1e9")
+    assert code == 0 and "set by --rtol/--atol" in out
+    code, out, _ = run(capsys, "verify", models["net"], *SHAPE, "--rtol", "0", "--atol", "0")
+    assert code == 1 and out.splitlines()[-1].startswith("FAIL: 0 of 1 outputs")
+
+
+def test_verify_user_inputs(models, capsys, tmp_path):
+    x = np.random.RandomState(0).uniform(-1, 1, (2, 3, 8, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "x.npz", data=x)
+    for path in ("x.npy", "x.npz"):
+        code, out, err = run(capsys, "verify", models["net"], "--input", tmp_path / path, "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["inputs"] == {"data": [2, 3, 8, 8]} and data["outputs"][0]["shape"] == [2, 10]
+
+
+def test_bench_json(models, capsys):
+    code, out, err = run(capsys, "bench", models["net"], *SHAPE, "--batch", "1,2", "--runs", "2", "--warmup", "0",
+                         "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["runs"] == 2 and data["backend"] == "onnxruntime"
+    assert [r["batch"] for r in data["results"]] == [1, 2]
+    r = data["results"][1]
+    assert r["shapes"] == {"data": [2, 3, 8, 8]}
+    for key in ("native", "accelerated"):
+        assert set(r[key]) == {"median_ms", "p90_ms", "mean_ms", "throughput", "runs"} and r[key]["runs"] == 2
+    assert r["whole_model"] is None and "1 of 6 operators stay native" in r["whole_model_note"]
+    assert r["ratios"]["native/accelerated"] > 0 and r["ratios"]["accelerated/whole_model"] is None
+    assert "batch 1: native bind" in err  # progress as log lines when stderr is not a terminal
+
+
+def test_bench_whole_model_table(models, capsys):
+    code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "2", "--warmup", "1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].split()[:4] == ["batch", "native", "ms", "p90"]
+    cells = lines[3].split()
+    assert cells[0] == "1" and len(cells) == 12 and all(c != "-" for c in cells)
+
+
+def test_progress_bar_on_a_terminal():
+    class Tty:
+        def __init__(self):
+            self.text = ""
+
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    stream = Tty()
+    p = cli.Progress(4, stream=stream)
+    p.phase("timing")
+    p.advance(2)
+    p.close()
+    assert "\r[" in stream.text and "100.0%" in stream.text and stream.text.endswith("\n")
+
+
+BAD = [
+    ("missing symbol", ["partition", "{dir}/nope", *SHAPE], "no symbol file"),
+    ("missing epoch", ["partition", "{net}", *SHAPE, "--epoch", "7"], "no params file"),
+    ("malformed shape", ["partition", "{net}", "--shape", "data=1,x,8"], "expected NAME=d0,d1,..."),
+    ("no equals sign", ["verify", "{net}", "--shape", "data"], "expected NAME=d0,d1,..."),
+    ("zero dim", ["bench", "{net}", "--shape", "data=0,3,8,8"], "positive integers"),
+    ("shape does not fit", ["partition", "{net}", "--shape", "data=1,3,9,9"], "do not fit the model"),
+    ("wrong rank", ["verify", "{net}", "--shape", "data=1,3,8"], "do not fit the model"),
+    ("unknown input", ["partition", "{net}", "--shape", "image=1,3,8,8"], "unknown input 'image'"),
+    ("weight as input", ["partition", "{net}", "--shape", "fc_weight=10,256"], "is a weight stored"),
+    ("no shape", ["partition", "{net}"], "no shape for input 'data'"),
+    ("shape twice", ["partition", "{net}", *SHAPE, *SHAPE], "given twice"),
+    ("bad batch", ["bench", "{net}", *SHAPE, "--batch", "1,,x"], "--batch"),
+    ("missing input file", ["verify", "{net}", "--input", "{dir}/none.npz"], "no such file"),
+    ("npz without the input", ["verify", "{net}", "--input", "{dir}/other.npz"], "no array for input 'data'"),
+    ("input contradicts shape", ["verify", "{net}", "--shape", "data=2,3,8,8", "--input", "{dir}/x.npy"],
+     "but --shape says"),
+    ("unknown option", ["partition", "{net}", *SHAPE, "--frobnicate"], "unrecognized arguments"),
+    ("unknown command", ["frobnicate", "{net}"], "invalid choice"),
+    ("no command", [], "required"),
+    ("bad module", ["partition", "{net}", *SHAPE, "--import", "no_such_module_xyz"], "No module named"),
+    ("bad ctx", ["partition", "{net}", *SHAPE, "--ctx", "tpu"], "--ctx"),
+    ("unwritable svg", ["partition", "{net}", *SHAPE, "--svg", "{dir}/no/such/dir/g.svg"], "cannot write"),
+]
+ENV = {"bad env": ({"MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": "two"}, ["partition", "{net}", *SHAPE],
+                   "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE='two'")}
+
+
+@pytest.mark.parametrize("env, argv, expect", [pytest.param({}, a, e, id=i) for i, a, e in BAD]
+                         + [pytest.param(*v, id=k) for k, v in ENV.items()])
+def test_bad_input_exit_2(models, capsys, monkeypatch, tmp_path, env, argv, expect):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), "float32"))
+    np.savez(tmp_path / "other.npz", image=np.zeros((1, 3, 8, 8), "float32"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    argv = [a.format(dir=tmp_path, net=models["net"]) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mxtrt: error: ") and expect in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_unregistered_custom_op(tmp_path, capsys):
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "Custom", "name": "c", "attrs": {"op_type": "not_registered_anywhere"}, "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "node_row_ptr": [0, 1, 2], "heads": [[1, 0, 0]], "attrs": {"mxnet_version": ["int", 10901]}}
+    (tmp_path / "m-symbol.json").write_text(json.dumps(doc))
+    mx.nd.save(str(tmp_path / "m-0000.params"), {})
+    code, _, err = run(capsys, "partition", tmp_path / "m", *SHAPE)
+    assert code == 2 and "custom operator 'not_registered_anywhere'" in err and "--import" in err
+
+
+def test_subprocess_exit_status(models, tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    bad = subprocess.run([sys.executable, "-m", "mx_trt.cli", "partition", str(tmp_path / "missing"), *SHAPE],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [f"mxtrt: error: no symbol file {tmp_path / 'missing'}-symbol.json "
+                                               "(give the checkpoint prefix, without -symbol.json)"]
+    ok = subprocess.run([sys.executable, "-m", "mx_trt.cli", "verify", models["net"], *SHAPE,
+                         "--import", os.path.join(ROOT, "tests", "userops.py")],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "PASS" in ok.stdout and "Traceback" not in ok.stderr

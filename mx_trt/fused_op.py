@@ -109,7 +109,7 @@ def data_ptr(arr: Any) -> int:
 def _host_view(ptr: int, shape: Tuple[int, ...], dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    raw = (ctypes.c_byte * n).from_address(ptr)
+    raw = memoryview((ctypes.c_byte * n).from_address(ptr)).cast("B")
     return np.frombuffer(raw, dtype=dt).reshape(shape)
 
 

@@ -269,13 +269,13 @@ def export_subgraph(
         opset_imports=[helper.make_opsetid("", opset)],
     )
     model.ir_version = min(model.ir_version, 9)
-    def spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:
+    def io_spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:
         return (n, tuple(graph.shapes[e]), graph.dtypes.get(e, "float32"))
 
     return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin,
                             weight_bytes=weight_bytes, external=external, external_location=location if external else "",
-                            input_specs=[spec(n, e) for n, e in zip(in_names, inputs)],
-                            output_specs=[spec(n, e) for n, e in zip(out_names, outputs)],
+                            input_specs=[io_spec(n, e) for n, e in zip(in_names, inputs)],
+                            output_specs=[io_spec(n, e) for n, e in zip(out_names, outputs)],
                             batch_dim=dynamic_batch)
 
 

@@ -96,7 +96,7 @@ def _same_export(a: ExportedSubgraph, b: ExportedSubgraph) -> Optional[str]:
     for ta, tb in zip(ga.initializer, gb.initializer):
         if ta.name != tb.name or list(ta.dims) != list(tb.dims) or ta.data_type != tb.data_type or ta.raw_data != tb.raw_data:
             return f"constant {ta.name} depends on the batch size"
-        if ta.name in a.external and not np.array_equal(a.external[ta.name], b.external.get(ta.name)):
+        if ta.name in a.external and (ta.name not in b.external or not np.array_equal(a.external[ta.name], b.external[ta.name])):
             return f"constant {ta.name} depends on the batch size"
     for va, vb in zip(list(ga.input) + list(ga.output), list(gb.input) + list(gb.output)):
         da = [d.dim_value for d in va.type.tensor_type.shape.dim]

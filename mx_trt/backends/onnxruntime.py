@@ -76,11 +76,12 @@ class OrtEngine(Engine):
             raise EngineRunError(f"{self.name}: ONNX Runtime failed: {exc}") from exc
 
     def save(self, directory: str) -> Dict[str, Any]:
-        if not self._artifacts or not os.path.isdir(self._artifacts):
+        art = self._artifacts
+        if not art or not os.path.isdir(art):
             raise NotImplementedError("this engine was built without keeping its optimized model")
-        for f in os.listdir(self._artifacts):
-            shutil.move(os.path.join(self._artifacts, f), os.path.join(directory, f))
-        shutil.rmtree(self._artifacts, ignore_errors=True)
+        for f in os.listdir(art):
+            shutil.move(os.path.join(art, f), os.path.join(directory, f))
+        shutil.rmtree(art, ignore_errors=True)
         self._artifacts = None
         return {
             "format": self._artifact_format,
@@ -91,8 +92,9 @@ class OrtEngine(Engine):
         }
 
     def __del__(self) -> None:
-        if getattr(self, "_artifacts", None):
-            shutil.rmtree(self._artifacts, ignore_errors=True)
+        art = getattr(self, "_artifacts", None)
+        if art:
+            shutil.rmtree(art, ignore_errors=True)
 
 
 class OnnxRuntimeBackend(Backend):

@@ -16,6 +16,7 @@ that do not fit the model, an unknown input name), reported in one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import importlib
@@ -29,7 +30,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -699,40 +700,59 @@ class BenchRow:
         }
 
 
+#: Timed runs are split into this many rounds, variants alternating, so that drift
+#: (another process, thermal state) hits all of them alike.
+BENCH_ROUNDS = 5
+
+
+def bench_steps(runs: int, warmup: int) -> int:
+    """Forward calls :func:`bench_one` makes per variant (for a progress bar)."""
+    return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
+
+
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
               runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True) -> BenchRow:
-    """Native, accelerated and whole-model latencies at one batch size, in this process."""
+    """Native, accelerated and whole-model latencies at one batch size, in this process.
+
+    All executors are bound first; then ``runs`` timed runs per variant are
+    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants,
+    each round starting with one untimed run (``warmup`` untimed runs before
+    the first).
+    """
     bshapes = {k: (batch,) + tuple(v[1:]) for k, v in shapes.items()}
     feeds = random_inputs(bshapes, seed)
-    tick = progress.advance
-    progress.phase(f"batch {batch}: native bind + {runs} runs")
+    progress.phase(f"batch {batch}: binding natively")
     t = time.perf_counter()
     native = bind_native(ckpt, bshapes, ctx)
     bind_native_s = time.perf_counter() - t
     run_executor(native, feeds)
-    native_ms = measure(forward_fn(native), runs, warmup, tick)
-    del native
-    progress.phase(f"batch {batch}: accelerated bind + {runs} runs")
+    progress.phase(f"batch {batch}: binding accelerated")
     t = time.perf_counter()
     exe, info = bind_accelerated(ckpt, bshapes, ctx, settings, backend)
     bind_acc_s = time.perf_counter() - t
     run_executor(exe, feeds)
-    acc_ms = measure(forward_fn(exe), runs, warmup, tick)
-    whole_stats: Optional[Dict[str, float]] = None
-    note = ""
     engine = WholeModelEngine.from_bind(info) if whole else None
+    variants: Dict[str, Callable[[], None]] = {"native": forward_fn(native), "accelerated": forward_fn(exe)}
     if engine is not None:
-        progress.phase(f"batch {batch}: whole model as one engine, {runs} runs")
         engine.set_inputs(feeds)
-        whole_stats = latency_stats(measure(engine.run, runs, warmup, tick), batch)
+        variants["whole model"] = engine.run
         note = "the accelerated executor's only engine, run directly on numpy buffers"
     else:
-        progress.advance(runs + warmup)
+        progress.advance(bench_steps(runs, warmup))
         note = "not measured" if not whole else f"not one engine: {whole_model_note(info)}"
+    rounds = max(1, min(BENCH_ROUNDS, runs))
+    times: Dict[str, List[float]] = {k: [] for k in variants}
+    for r in range(rounds):
+        n = runs // rounds + (1 if r < runs % rounds else 0)
+        for name, fn in variants.items():
+            progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
+            times[name] += measure(fn, n, warmup if r == 0 else 1, progress.advance)
+    whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
     inside, total = info.plan.op_counts()
-    row = BenchRow(batch, bshapes, latency_stats(native_ms, batch), latency_stats(acc_ms, batch), whole_stats, note,
-                   len(info.engines), inside, total, {"native": bind_native_s, "accelerated": bind_acc_s})
-    del exe, info, engine
+    row = BenchRow(batch, bshapes, latency_stats(times["native"], batch), latency_stats(times["accelerated"], batch),
+                   whole_stats, note, len(info.engines), inside, total,
+                   {"native": bind_native_s, "accelerated": bind_acc_s})
+    del exe, info, engine, native, variants
     return row
 
 
@@ -744,7 +764,7 @@ def bench_table(rows: Sequence[BenchRow]) -> str:
     """The side-by-side table of :func:`cmd_bench`."""
     head = ("batch", "native ms", "p90", "/s", "accel ms", "p90", "/s", "whole ms", "p90", "/s",
             "native/accel", "accel/whole")
-    table = [head]
+    table: List[Tuple[str, ...]] = [head]
     for r in rows:
         cells = [str(r.batch)]
         for st in (r.native, r.accelerated, r.whole_model):
@@ -779,7 +799,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         for b in batches:  # every batch must fit before anything is timed
             resolve_shapes(ckpt, {k: (b,) + tuple(v[1:]) for k, v in shapes.items()})
-    progress = Progress(len(batches) * 3 * (args.runs + args.warmup))
+    progress = Progress(len(batches) * 3 * bench_steps(args.runs, args.warmup))
     rows = []
     try:
         for b in batches:
@@ -799,6 +819,74 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for r in rows:
             if r.whole_model is None:
                 print(f"batch {r.batch}: whole model {r.whole_model_note}")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _env_override(name: str, value: Optional[str]) -> Iterator[None]:
+    """Set ``name`` for the block (``None``: leave it), restoring it after."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``mxtrt build``: build the engines ahead of time into the plan cache."""
+    from . import engines
+    from .cache import ENV_DIR, EngineCache
+
+    batches = parse_batches(args.batch) if args.batch else None
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UsageError("--max-batch must be >= 1")
+    with _env_override(ENV_DIR, os.path.abspath(args.cache_dir) if args.cache_dir else None):
+        try:
+            cache = EngineCache.from_env()
+        except MxTrtError as exc:
+            raise UsageError(str(exc)) from None
+        if cache is None:
+            raise UsageError(f"the plan cache is disabled ({ENV_DIR} is empty): set it or pass --cache-dir DIR")
+        ckpt, shapes, _ = _load(args)
+        settings = settings_from_env(args.fp16)
+        if args.max_batch is not None:
+            settings = dataclasses.replace(settings, max_batch_size=args.max_batch)
+        ctx = parse_ctx(args.ctx)
+        backend = backend_for(ctx, settings)
+        if batches is None:
+            first = next(iter(shapes.values()), None)
+            batches = [first[0] if first else 1]
+        per_batch = [{k: (b,) + tuple(v[1:]) for k, v in shapes.items()} for b in batches]
+        for bs in per_batch:
+            resolve_shapes(ckpt, bs)
+        rows = []
+        for b, bs in zip(batches, per_batch):
+            engines.clear_pool()  # so every batch is looked up on disk, and stored there when built
+            t = time.perf_counter()
+            exe, info = bind_accelerated(ckpt, bs, ctx, settings, backend)
+            dt = time.perf_counter() - t
+            rows.append({"batch": b, "engines": len(info.engines), "built": info.builds, "cached": info.loads,
+                         "failed": dict(info.native_failures), "seconds": dt})
+            del exe, info
+        engines.clear_pool()
+    if args.json:
+        print(json.dumps({"model": ckpt.prefix, "cache_dir": cache.directory, "backend": backend.name,
+                          "fp16": settings.fp16, "max_batch_size": settings.max_batch_size, "batches": rows}, indent=2))
+    else:
+        print(f"model: {ckpt.prefix}  backend: {backend.name}  plan cache: {cache.directory}"
+              + (f"  dynamic batch up to {settings.max_batch_size}" if settings.max_batch_size else ""))
+        for r in rows:
+            print(f"batch {r['batch']}: {r['engines']} engine(s): {r['built']} built and stored, "
+                  f"{r['cached']} already in the cache ({r['seconds']:.2f} s)")
+            for name, why in r["failed"].items():
+                print(f"  {name} stays native: {why}")
     return EXIT_OK
 
 
@@ -832,7 +920,8 @@ def build_parser() -> argparse.ArgumentParser:
                  description="Inspect, check and time the TensorRT pass on a saved MXNet checkpoint.\n\n"
                              "  mxtrt partition PREFIX --shape data=1,3,224,224 [--json] [--svg FILE]\n"
                              "  mxtrt verify PREFIX --shape data=1,3,224,224 [--input x.npz]\n"
-                             "  mxtrt bench PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--json]\n\n"
+                             "  mxtrt bench PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--json]\n"
+                             "  mxtrt build PREFIX --shape data=1,3,224,224 [--batch 1,8] [--cache-dir DIR]\n\n"
                              "MXNET_TENSORRT_* environment variables apply as at bind time.",
                  epilog="Exit status: 0 ok, 1 verification failed, 2 bad input.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -867,6 +956,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-whole", action="store_true", help="skip the whole-model engine")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("build", parents=[common], help="fill the plan cache ahead of time",
+                       description="Build the engines the bind would build and store them in the plan cache "
+                                   "(MXNET_TENSORRT_CACHE_DIR), so that later binds load them.")
+    p.add_argument("--batch", metavar="B1,B2,...", help="batch sizes to build for (replace dim 0 of every --shape)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+    p.add_argument("--cache-dir", metavar="DIR", help="the plan cache folder (default: MXNET_TENSORRT_CACHE_DIR)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_build)
     return ap
 
 

@@ -723,17 +723,17 @@ def _layout(units: List[_Unit], edges: List[Tuple[int, int]]) -> _Layout:
         chain = [a]
         if 1 < span <= budget + 1:
             budget -= span - 1
-            for layer in range(layer_of[a] + 1, layer_of[b]):
+            for lvl in range(layer_of[a] + 1, layer_of[b]):
                 d = len(layer_of)
-                layer_of.append(layer)
+                layer_of.append(lvl)
                 width_of.append(_DUMMY_W)
                 preds.append([])
                 succs.append([])
                 chain.append(d)
         chain.append(b)
-        for x, y in zip(chain, chain[1:]):
-            preds[y].append(x)
-            succs[x].append(y)
+        for src, dst in zip(chain, chain[1:]):
+            preds[dst].append(src)
+            succs[src].append(dst)
         chains[(a, b)] = chain
     total = len(layer_of)
     n_layers = max(layer_of, default=-1) + 1

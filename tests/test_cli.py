@@ -163,7 +163,7 @@ def test_bench_json(models, capsys):
         assert set(r[key]) == {"median_ms", "p90_ms", "mean_ms", "throughput", "runs"} and r[key]["runs"] == 2
     assert r["whole_model"] is None and "1 of 6 operators stay native" in r["whole_model_note"]
     assert r["ratios"]["native/accelerated"] > 0 and r["ratios"]["accelerated/whole_model"] is None
-    assert "batch 1: native bind" in err  # progress as log lines when stderr is not a terminal
+    assert "batch 1: binding natively" in err  # progress as log lines when stderr is not a terminal
 
 
 def test_bench_whole_model_table(models, capsys):
@@ -263,3 +263,21 @@ def test_subprocess_exit_status(models, tmp_path):
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "PASS" in ok.stdout and "Traceback" not in ok.stderr
+
+
+def test_build_fills_the_plan_cache(models, capsys, tmp_path):
+    cache = tmp_path / "plans"
+    code, out, err = run(capsys, "build", models["net"], *SHAPE, "--batch", "1,2", "--cache-dir", cache, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["cache_dir"] == str(cache)
+    assert [(r["batch"], r["engines"], r["built"], r["cached"]) for r in data["batches"]] == [(1, 2, 2, 0), (2, 2, 2, 0)]
+    code, out, err = run(capsys, "build", models["net"], *SHAPE, "--batch", "2", "--cache-dir", cache)
+    assert code == 0, err
+    assert "batch 2: 2 engine(s): 0 built and stored, 2 already in the cache" in out
+
+
+def test_build_needs_a_cache(models, capsys, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", "")
+    code, out, err = run(capsys, "build", models["net"], *SHAPE)
+    assert code == 2 and err.count("\n") == 1 and "plan cache is disabled" in err

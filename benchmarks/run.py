@@ -1,0 +1,550 @@
+"""The benchmark runner: everything measured side by side in one process, written as JSON and a PNG plot.
+
+Usage::
+
+    python benchmarks/run.py [--quick] [--out bench_out] [--runs 10]
+
+Sections (see benchmarks/README.md for the latest numbers):
+
+1. ``partition``: the partition pass on synthetic CNN-like graphs of 1k, 10k
+   and 100k operators with 5% unsupported, against the straightforward
+   implementation of the design's method (one BFS and one reverse BFS per
+   incompatible node, ``passes.partition._literal_partition_reference``) on
+   the same graph, in this process. That reference needs O(K * V) memory and
+   time (K incompatible nodes): above ``--reference-max`` operators it is not
+   run and its time is extrapolated from the two largest sizes measured,
+   marked as an estimate.
+2. ``bind``: ResNet-50 v1 bind time natively, with the pass and no plan cache,
+   with a cold cache and with a warm cache (engines found on disk), as
+   ratios to the native bind. Engines kept in memory by earlier binds are
+   forgotten before each bind so every leg does its full work.
+3. ``fused_node``: the cost of one fused node: the accelerated executor's
+   forward time minus its engine's own run time (the same engine called
+   directly), next to the forward time of a no-op Python custom operator.
+4. ``end_to_end``: model-zoo models (seeded random weights) at batch 1 and
+   8: native MXNet, accelerated, and the whole model as one engine (every op
+   converts), with the ratios accelerated/whole (target <= 1.05 on CPU) and
+   native/accelerated.
+
+Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
+``pip install -r requirements/bench.txt``) and the tables on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Before mxnet is imported: its start-up hook must find this checkout's mx_trt.
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
+
+import numpy as np  # noqa: E402
+
+logger = logging.getLogger("benchmarks.run")
+
+SIZES = (1_000, 10_000, 100_000)
+UNSUPPORTED = 0.05
+ZOO = ("resnet18_v1", "resnet50_v1", "mobilenetv2_1.0", "squeezenet1.1", "densenet121", "inceptionv3")
+QUICK_ZOO = ("resnet18_v1", "mobilenetv2_0.5")
+BATCHES = (1, 8)
+TARGET_ACCEL_OVER_WHOLE = 1.05
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> Tuple[float, Any]:
+    """Smallest wall time of ``repeat`` calls (seconds) and the last result."""
+    best, out = math.inf, None
+    for _ in range(repeat):
+        gc.collect()
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+# ---------------------------------------------------------------------------
+# 1. Partition pass scaling
+# ---------------------------------------------------------------------------
+
+
+def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List[Dict[str, Any]]:
+    """The partition pass vs the straightforward BFS-per-node reference on the same graphs."""
+    from bench_partition import _plain, synthetic_graph
+
+    from passes.partition import _literal_partition_reference, partition
+
+    rows: List[Dict[str, Any]] = []
+    for n in sizes:
+        graph, unsupported, _ = synthetic_graph(n, UNSUPPORTED, seed)
+        repeat = 3 if n <= 10_000 else 1
+        t_pass, result = _best(lambda: partition(graph, unsupported, 2), repeat)
+        row: Dict[str, Any] = {
+            "ops": n, "unsupported": len(unsupported), "edges": sum(len(v.inputs) for v in graph.nodes),
+            "subgraphs": len(result.subgraphs), "pass_s": t_pass, "reference_s": None,
+            "reference_estimated": False, "ratio": None,
+        }
+        if n <= reference_max:
+            preds, supported = _plain(graph, unsupported)
+            t_ref, _ = _best(lambda: _literal_partition_reference(preds, supported, 2), 1 if n > 1000 else 3)
+            row.update(reference_s=t_ref, ratio=t_ref / t_pass)
+        logger.info("partition %d ops: pass %.3f s, reference %s", n, t_pass,
+                    f"{row['reference_s']:.3f} s" if row["reference_s"] else "skipped")
+        rows.append(row)
+    measured = [r for r in rows if r["reference_s"]]
+    if len(measured) >= 2:
+        a, b = measured[-2], measured[-1]
+        k = math.log(b["reference_s"] / a["reference_s"]) / math.log(b["ops"] / a["ops"])
+        for r in rows:
+            if r["reference_s"] is None:
+                est = b["reference_s"] * (r["ops"] / b["ops"]) ** k
+                r.update(reference_s=est, reference_estimated=True, ratio=est / r["pass_s"], reference_exponent=k)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# 2. Bind cost
+# ---------------------------------------------------------------------------
+
+
+@contextmanager
+def _env(**values: Optional[str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _forget_engines() -> None:
+    """Drop engines kept for reuse in this process, so the next bind gets them from disk or builds them."""
+    try:
+        from mx_trt import engines
+    except ImportError:
+        return
+    engines.clear_pool()
+    gc.collect()
+
+
+def cache_supported() -> bool:
+    """Whether bind honours ``MXNET_TENSORRT_CACHE_DIR`` (``mx_trt.cache`` exists)."""
+    try:
+        import mx_trt.cache  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
+    """Native bind vs the pass without cache, with a cold cache and with a warm cache."""
+    import mxnet as mx
+
+    import mx_trt
+    from mx_trt import hook
+    from tests.test_model_zoo import zoo_model
+
+    sym, args, aux, size = zoo_model(model)
+    params = {**args, **aux}
+    shape = (1, 3, size, size)
+    legs: Dict[str, Any] = {}
+
+    def bind(on: bool) -> Tuple[float, Any]:
+        _forget_engines()
+        t = time.perf_counter()
+        with (hook.forced() if on else hook.disabled()):
+            exe = sym.simple_bind(mx.cpu(), data=shape, shared_buffer=params, grad_req="null")
+        return time.perf_counter() - t, exe
+
+    def timed(label: str, on: bool, prepare: Optional[Callable[[], None]] = None) -> None:
+        times = []
+        info = None
+        for _ in range(repeat):
+            if prepare:
+                prepare()
+            dt, exe = bind(on)
+            times.append(dt)
+            info = mx_trt.bind_info(exe)
+            del exe
+        leg: Dict[str, Any] = {"median_s": statistics.median(times), "times_s": times}
+        if info is not None:
+            leg.update(engines=len(info.engines), timings=dict(info.timings),
+                       builds=getattr(info, "builds", None), loads=getattr(info, "loads", None))
+        legs[label] = leg
+        logger.info("bind %s: %.3f s", label, leg["median_s"])
+
+    timed("native", False)
+    with _env(MXNET_TENSORRT_CACHE_DIR=""):
+        timed("pass, no cache", True)
+    pending = None
+    if cache_supported():
+        with tempfile.TemporaryDirectory(prefix="mx_trt_bench_cache_") as tmp:
+            import shutil
+
+            def empty_cache() -> None:
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp, exist_ok=True)
+
+            with _env(MXNET_TENSORRT_CACHE_DIR=tmp):
+                timed("pass, cold cache", True, empty_cache)
+                timed("pass, warm cache", True)
+    else:
+        pending = "mx_trt.cache is not available: the cold and warm cache legs are pending"
+    native = legs["native"]["median_s"]
+    for leg in legs.values():
+        leg["ratio_to_native"] = leg["median_s"] / native
+    return {"model": model, "shape": list(shape), "repeat": repeat, "legs": legs, "pending": pending}
+
+
+# ---------------------------------------------------------------------------
+# 3. Cost of one fused node
+# ---------------------------------------------------------------------------
+
+_NOOP = "mxtrt_bench_noop"
+
+
+def _register_noop() -> None:
+    import mxnet as mx
+
+    class NoOp(mx.operator.CustomOp):  # type: ignore[misc]
+        def forward(self, is_train: bool, req: Any, in_data: Any, out_data: Any, aux: Any) -> None:
+            pass
+
+        def backward(self, req: Any, out_grad: Any, in_data: Any, out_data: Any, in_grad: Any, aux: Any) -> None:
+            pass
+
+    @mx.operator.register(_NOOP)
+    class NoOpProp(mx.operator.CustomOpProp):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(need_top_grad=False)
+
+        def list_arguments(self) -> List[str]:
+            return ["data"]
+
+        def list_outputs(self) -> List[str]:
+            return ["output"]
+
+        def infer_shape(self, in_shape: Any) -> Any:
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx: Any, shapes: Any, dtypes: Any) -> Any:
+            return NoOp()
+
+
+def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
+    """Fused node forward minus its engine's run, next to a no-op custom operator, per case."""
+    import mxnet as mx
+
+    from mx_trt import cli
+    from mx_trt.cli import Checkpoint, WholeModelEngine, bind_accelerated, forward_fn, measure, settings_from_env
+    from tests.mxcheck import random_params
+
+    _register_noop()
+    x = mx.sym.var("data")
+    cases = {
+        "FC+relu, 1x64": (mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=64, name="fc"), act_type="relu",
+                                            name="relu"), (1, 64)),
+        "conv3x3+relu, 1x64x56x56": (mx.sym.Activation(mx.sym.Convolution(x, num_filter=64, kernel=(3, 3), pad=(1, 1),
+                                                                           name="conv"), act_type="relu", name="relu"),
+                                     (1, 64, 56, 56)),
+    }
+    settings = settings_from_env()
+    ctx = mx.cpu()
+    backend = cli.backend_for(ctx, settings)
+    rows = []
+    for label, (sym, shape) in cases.items():
+        args, aux = random_params(sym, {"data": shape})
+        ckpt = Checkpoint(label, 0, sym, args, aux)
+        data = np.random.RandomState(0).uniform(-1, 1, shape).astype("float32")
+        with _env(MXNET_TENSORRT_CACHE_DIR=""):
+            exe, info = bind_accelerated(ckpt, {"data": shape}, ctx, settings, backend)
+        exe.arg_dict["data"][:] = data
+        engine = WholeModelEngine.from_bind(info)
+        assert engine is not None, "every op of the case converts"
+        engine.set_inputs({"data": data})
+        noop = mx.sym.Custom(x, op_type=_NOOP, name="noop")
+        from mx_trt.hook import disabled
+
+        with disabled():
+            nexe = noop.simple_bind(ctx, grad_req="null", data=shape)
+        warm = max(5, runs // 10)
+        # Interleave the three in rounds so drift hits them alike.
+        fused_ms: List[float] = []
+        engine_ms: List[float] = []
+        noop_ms: List[float] = []
+        for _ in range(10):
+            fused_ms += measure(forward_fn(exe), runs // 10, warm)
+            engine_ms += measure(engine.run, runs // 10, warm)
+            noop_ms += measure(forward_fn(nexe), runs // 10, warm)
+        f, e, n = (statistics.median(v) * 1e3 for v in (fused_ms, engine_ms, noop_ms))
+        rows.append({"case": label, "fused_forward_us": f, "engine_run_us": e, "overhead_us": f - e,
+                     "noop_custom_op_us": n, "overhead_over_noop": (f - e) / n if n else None})
+        logger.info("fused node %s: forward %.1f us, engine %.1f us, no-op custom op %.1f us", label, f, e, n)
+        del exe, info, engine, nexe
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# 4. End to end on the model zoo
+# ---------------------------------------------------------------------------
+
+
+def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, warmup: int) -> List[Dict[str, Any]]:
+    """``mxtrt bench``'s measurement on model-zoo models with seeded random weights."""
+    import mxnet as mx
+
+    from mx_trt import cli
+    from tests.test_model_zoo import zoo_model
+
+    settings = cli.settings_from_env()
+    ctx = mx.cpu()
+    backend = cli.backend_for(ctx, settings)
+    progress = cli.Progress(len(models) * len(batches) * 3 * cli.bench_steps(runs, warmup))
+    rows = []
+    try:
+        for name in models:
+            sym, args, aux, size = zoo_model(name)
+            ckpt = cli.Checkpoint(name, 0, sym, args, aux)
+            for b in batches:
+                with _env(MXNET_TENSORRT_CACHE_DIR=""):
+                    r = cli.bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs, warmup,
+                                      progress)
+                _forget_engines()
+                row = {"model": name, **r.to_json()}
+                rows.append(row)
+                ratios = row["ratios"]
+                logger.info("%s batch %d: native %.1f ms, accelerated %.1f ms, whole %s; native/acc %.2f, acc/whole %s",
+                            name, b, r.native["median_ms"], r.accelerated["median_ms"],
+                            f"{r.whole_model['median_ms']:.1f} ms" if r.whole_model else "-",
+                            ratios["native/accelerated"] or 0, ratios["accelerated/whole_model"])
+            del sym, args, aux, ckpt
+            gc.collect()
+    finally:
+        progress.close()
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> str:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+
+    def fmt(r: Sequence[str]) -> str:
+        return "  ".join(str(c).rjust(w) if i >= right_from else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([fmt(head), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def render_tables(res: Dict[str, Any]) -> str:
+    """The results as plain-text tables (also pasted into benchmarks/README.md)."""
+    out: List[str] = []
+    if res.get("partition"):
+        out.append("Partition pass, synthetic CNN-like graphs, 5% unsupported "
+                   "(reference: one BFS + reverse BFS per unsupported node)")
+        rows = []
+        for r in res["partition"]:
+            ref = f"{r['reference_s']:.3f}" + (" (est.)" if r["reference_estimated"] else "")
+            ratio = f"{r['ratio']:.0f}x" + (" (est.)" if r["reference_estimated"] else "") if r["ratio"] else "-"
+            rows.append([f"{r['ops']:,}", str(r["unsupported"]), str(r["subgraphs"]), f"{r['pass_s']:.3f}", ref, ratio])
+        out.append(_table(["ops", "unsupported", "subgraphs", "pass s", "reference s", "reference/pass"], rows))
+        out.append("")
+    if res.get("bind"):
+        b = res["bind"]
+        out.append(f"Bind cost, {b['model']} {tuple(b['shape'])}, median of {b['repeat']}")
+        rows = [[k, f"{v['median_s']:.3f}", f"{v['ratio_to_native']:.1f}x", str(v.get("engines", "-")),
+                 f"{v['timings'].get('export_build', 0):.3f}" if "timings" in v else "-"]
+                for k, v in b["legs"].items()]
+        out.append(_table(["bind", "seconds", "/ native", "engines", "export+build s"], rows))
+        if b.get("pending"):
+            out.append(f"pending: {b['pending']}")
+        out.append("")
+    if res.get("fused_node"):
+        out.append("Cost of one fused node (median; overhead = fused forward - engine run)")
+        rows = [[r["case"], f"{r['fused_forward_us']:.1f}", f"{r['engine_run_us']:.1f}", f"{r['overhead_us']:.1f}",
+                 f"{r['noop_custom_op_us']:.1f}", f"{r['overhead_over_noop']:.2f}"] for r in res["fused_node"]]
+        out.append(_table(["case", "fused fwd us", "engine us", "overhead us", "no-op custom op us", "overhead/no-op"],
+                          rows))
+        out.append("")
+    if res.get("end_to_end"):
+        out.append("End to end, median latency in ms (throughput in images/s), random weights, "
+                   f"target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
+        rows = []
+        for r in res["end_to_end"]:
+            whole = r["whole_model"]
+            ratios = r["ratios"]
+            aw = ratios["accelerated/whole_model"]
+            rows.append([
+                r["model"], str(r["batch"]),
+                f"{r['native']['median_ms']:.1f} ({r['native']['throughput']:.0f})",
+                f"{r['accelerated']['median_ms']:.1f} ({r['accelerated']['throughput']:.0f})",
+                f"{whole['median_ms']:.1f} ({whole['throughput']:.0f})" if whole else "-",
+                f"{aw:.3f}" + ("" if aw <= TARGET_ACCEL_OVER_WHOLE else " !") if aw else "-",
+                f"{ratios['native/accelerated']:.2f}",
+            ])
+        out.append(_table(["model", "batch", "native", "accelerated", "whole model", "accel/whole", "native/accel"],
+                          rows, right_from=1))
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(res: Dict[str, Any], path: str) -> bool:
+    """Write the PNG; ``False`` (with a warning) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed (pip install -r requirements/bench.txt): no PNG written")
+        return False
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    ax = axes[0][0]
+    part = res.get("partition") or []
+    if part:
+        xs = [r["ops"] for r in part]
+        ax.loglog(xs, [r["pass_s"] for r in part], "o-", label="partition pass")
+        meas = [r for r in part if not r["reference_estimated"]]
+        est = [r for r in part if r["reference_estimated"]]
+        ax.loglog([r["ops"] for r in meas], [r["reference_s"] for r in meas], "s-", label="BFS per node (reference)")
+        if est and meas:
+            ax.loglog([meas[-1]["ops"]] + [r["ops"] for r in est], [meas[-1]["reference_s"]] + [r["reference_s"] for r in est],
+                      "s--", color="C1", alpha=0.5, label="reference, extrapolated")
+        for r in part:
+            if r["ratio"]:
+                ax.annotate(f"{r['ratio']:.0f}x", (r["ops"], r["pass_s"]), textcoords="offset points", xytext=(4, -12))
+        ax.set_xlabel("operators (5% unsupported)")
+        ax.set_ylabel("seconds")
+        ax.set_title("Partition pass scaling")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    ax = axes[0][1]
+    if res.get("bind"):
+        legs = res["bind"]["legs"]
+        names = list(legs)
+        vals = [legs[k]["median_s"] for k in names]
+        bars = ax.bar(range(len(names)), vals, color=["C7", "C0", "C1", "C2"][: len(names)])
+        for bar, k in zip(bars, names):
+            ax.annotate(f"{legs[k]['ratio_to_native']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=9)
+        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=8)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"Bind cost, {res['bind']['model']} (ratio to native)")
+    ax = axes[1][0]
+    if res.get("fused_node"):
+        rows = res["fused_node"]
+        idx = np.arange(len(rows))
+        ax.bar(idx - 0.2, [r["overhead_us"] for r in rows], 0.4, label="fused node overhead (forward - engine)")
+        ax.bar(idx + 0.2, [r["noop_custom_op_us"] for r in rows], 0.4, label="no-op custom op forward")
+        ax.set_xticks(idx, [r["case"] for r in rows], fontsize=8)
+        ax.set_ylabel("microseconds")
+        ax.set_title("Cost of one fused node")
+        ax.legend(fontsize=8)
+    ax = axes[1][1]
+    e2e = res.get("end_to_end") or []
+    if e2e:
+        labels = [f"{r['model']}\nb{r['batch']}" for r in e2e]
+        idx = np.arange(len(e2e))
+        acc = [r["accelerated"]["median_ms"] for r in e2e]
+        nat = [r["native"]["median_ms"] / a for r, a in zip(e2e, acc)]
+        whole = [(r["whole_model"]["median_ms"] / a) if r["whole_model"] else 0 for r, a in zip(e2e, acc)]
+        ax.bar(idx - 0.27, nat, 0.27, label="native MXNet")
+        ax.bar(idx, [1.0] * len(e2e), 0.27, label="accelerated")
+        ax.bar(idx + 0.27, whole, 0.27, label="whole model, one engine")
+        ax.axhline(1 / TARGET_ACCEL_OVER_WHOLE, color="k", lw=0.8, ls=":", label="whole = accelerated / 1.05")
+        ax.set_xticks(idx, labels, fontsize=7, rotation=45, ha="right")
+        ax.set_ylabel("latency relative to accelerated")
+        ax.set_title("End to end (median latency / accelerated)")
+        ax.legend(fontsize=8)
+    machine = res.get("machine", {})
+    fig.suptitle(f"mx_trt benchmarks - {machine.get('cpus', '?')} CPUs, {machine.get('backend', '')}, "
+                 f"{res.get('date', '')}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def machine_info() -> Dict[str, Any]:
+    import mxnet as mx
+
+    info: Dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                            "cpus": os.cpu_count(), "mxnet": mx.__version__}
+    try:
+        import onnxruntime
+
+        info["backend"] = f"onnxruntime {onnxruntime.__version__}"
+    except ImportError:
+        info["backend"] = "none"
+    return info
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, two small models, batch 1, few runs")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench_out"), help="output folder (default bench_out/)")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs per end-to-end variant (default 10; quick 3)")
+    ap.add_argument("--reference-max", type=int, default=20_000,
+                    help="largest graph on which the O(K*V) reference runs (default 20000)")
+    ap.add_argument("--only", default="partition,bind,fused_node,end_to_end",
+                    help="comma-separated sections to run")
+    ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.getLogger("mx_trt").setLevel(logging.WARNING)
+    logging.getLogger("passes").setLevel(logging.WARNING)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    runs = args.runs or (3 if args.quick else 10)
+    os.makedirs(args.out, exist_ok=True)
+
+    res: Dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
+                           "command": " ".join(["python benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
+                           "machine": machine_info()}
+    t0 = time.perf_counter()
+    if "partition" in only:
+        sizes = (1_000, 10_000) if args.quick else SIZES
+        res["partition"] = bench_partition(sizes, min(args.reference_max, 10_000 if args.quick else args.reference_max),
+                                           args.seed)
+    if "bind" in only:
+        res["bind"] = bench_bind("resnet18_v1" if args.quick else "resnet50_v1", 1 if args.quick else 3)
+    if "fused_node" in only:
+        res["fused_node"] = bench_fused_node(200 if args.quick else 1000)
+    if "end_to_end" in only:
+        models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
+        batches = (1,) if args.quick else BATCHES
+        res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
+    res["seconds"] = time.perf_counter() - t0
+    json_path = os.path.join(args.out, "results.json")
+    with open(json_path, "w") as f:
+        json.dump(res, f, indent=2)
+    png_path = os.path.join(args.out, "results.png")
+    wrote_png = plot(res, png_path)
+    print(render_tables(res))
+    print(f"wrote {json_path}" + (f" and {png_path}" if wrote_png else "") + f" in {res['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -890,6 +890,35 @@ def cmd_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """``mxtrt export``: optimized symbol, remaining params and engines, for ``mx_trt.export.load``."""
+    from .export import export_model
+
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UsageError("--max-batch must be >= 1")
+    outdir = os.path.abspath(args.outdir)
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise UsageError(f"{outdir} is a file, not a folder")
+    if os.path.isdir(outdir) and os.listdir(outdir) and not args.force:
+        raise UsageError(f"{outdir} is not empty (use --force to replace an earlier export)")
+    ckpt, shapes, _ = _load(args)
+    settings = settings_from_env(args.fp16)
+    if args.max_batch is not None:
+        settings = dataclasses.replace(settings, max_batch_size=args.max_batch)
+    ctx = parse_ctx(args.ctx)
+    backend = backend_for(ctx, settings)
+    manifest = export_model(ckpt.symbol, ctx, ckpt.params, shapes, outdir, settings, backend, overwrite=args.force)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(f"exported {ckpt.prefix} to {outdir}: {len(manifest['engines'])} engine(s) "
+              f"({manifest['backend_version']}, {manifest['device']}), inputs {_shapes_text(shapes)}")
+        for name, why in manifest["native_failures"].items():
+            print(f"  {name} stays native: {why}")
+        print(f"bind it with: mx_trt.export.load({outdir!r}, mx.{ctx.device_type}())")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------
@@ -921,7 +950,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "  mxtrt partition PREFIX --shape data=1,3,224,224 [--json] [--svg FILE]\n"
                              "  mxtrt verify PREFIX --shape data=1,3,224,224 [--input x.npz]\n"
                              "  mxtrt bench PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--json]\n"
-                             "  mxtrt build PREFIX --shape data=1,3,224,224 [--batch 1,8] [--cache-dir DIR]\n\n"
+                             "  mxtrt build PREFIX --shape data=1,3,224,224 [--batch 1,8] [--cache-dir DIR]\n"
+                             "  mxtrt export PREFIX OUTDIR --shape data=1,3,224,224\n\n"
                              "MXNET_TENSORRT_* environment variables apply as at bind time.",
                  epilog="Exit status: 0 ok, 1 verification failed, 2 bad input.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -966,6 +996,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="the plan cache folder (default: MXNET_TENSORRT_CACHE_DIR)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
+                       description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
+                                   "params and the engines; mx_trt.export.load(OUTDIR, ctx) binds it again "
+                                   "without building anything.")
+    p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
+    p.add_argument("--json", action="store_true", help="print the manifest")
+    p.set_defaults(func=cmd_export)
     return ap
 
 

@@ -281,3 +281,59 @@ def test_build_needs_a_cache(models, capsys, monkeypatch):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", "")
     code, out, err = run(capsys, "build", models["net"], *SHAPE)
     assert code == 2 and err.count("\n") == 1 and "plan cache is disabled" in err
+
+
+def _native_outputs(prefix, x):
+    sym, args, aux = mx.model.load_checkpoint(prefix, 3)
+    from mx_trt.hook import disabled
+
+    with disabled():
+        exe = sym.simple_bind(mx.cpu(), grad_req="null", data=x.shape)
+    exe.copy_params_from(args, aux)
+    exe.arg_dict["data"][:] = x
+    exe.forward(is_train=False)
+    return exe.outputs[0].asnumpy()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_export_then_load_without_building(models, capsys, tmp_path, monkeypatch, dynamic):
+    from mx_trt.export import load
+
+    out = tmp_path / "exported"
+    extra = ["--max-batch", "4"] if dynamic else []
+    code, text, err = run(capsys, "export", models["net"], out, *SHAPE, *extra)
+    assert code == 0, err
+    assert text.startswith(f"exported {models['net']} to {out}: 2 engine(s)")
+    manifest = json.loads((out / "mx_trt.json").read_text())
+    assert [e["subgraph"] for e in manifest["engines"]] == ["trt_subgraph_0", "trt_subgraph_1"]
+    code, _, err = run(capsys, "export", models["net"], out, *SHAPE)
+    assert code == 2 and "not empty" in err
+
+    def no_build(*a, **k):
+        raise AssertionError("load must not build an engine")
+
+    monkeypatch.setattr(ort_backend.OnnxRuntimeBackend, "build", no_build)
+    batch = 3 if dynamic else 1
+    exe = load(str(out), mx.cpu(), shapes={"data": (batch, 3, 8, 8)} if dynamic else None)
+    assert list(exe.arg_dict) == ["data"] and not exe.aux_dict  # every weight is inside an engine
+    x = np.random.RandomState(5).uniform(-1, 1, (batch, 3, 8, 8)).astype("float32")
+    exe.arg_dict["data"][:] = x
+    exe.forward(is_train=False)
+    np.testing.assert_allclose(exe.outputs[0].asnumpy(), _native_outputs(models["net"], x), rtol=1e-4, atol=1e-5)
+    assert [f.run_count for f in exe._mx_trt_loaded.engines] == [1, 1]
+
+
+def test_load_rejects_a_corrupt_export(models, capsys, tmp_path):
+    from mx_trt.errors import MxTrtError
+    from mx_trt.export import load
+
+    out = tmp_path / "exported"
+    assert run(capsys, "export", models["plain"], out, *SHAPE)[0] == 0
+    key = json.loads((out / "mx_trt.json").read_text())["engines"][0]["key"]
+    entry = out / "engines" / key[:2] / key
+    victim = next(p for p in entry.iterdir() if p.name != "meta.json")
+    victim.write_bytes(b"garbage")
+    with pytest.raises(MxTrtError, match="missing or corrupt"):
+        load(str(out), mx.cpu())
+    with pytest.raises(MxTrtError, match="not an mx_trt export"):
+        load(str(tmp_path), mx.cpu())

@@ -4,7 +4,11 @@
 name                    engines                                        contexts
 ======================  =============================================  ==============
 ``onnxruntime``         ONNX Runtime, CPU execution provider            ``mx.cpu()``
+``tensorrt``            TensorRT 10+ (``tensorrt``)                     ``mx.gpu(i)``
+``tensorrt_rtx``        TensorRT-RTX (``tensorrt_rtx_bindings``)        ``mx.gpu(i)``
 ======================  =============================================  ==============
+
+GPU contexts take the first available of ``tensorrt``, ``tensorrt_rtx``.
 """
 from __future__ import annotations
 
@@ -14,11 +18,14 @@ from typing import Dict, Optional, Type
 from ..errors import BackendUnavailableError
 from .base import Backend, Buffer, BuildOptions, Engine, TensorSpec
 from .onnxruntime import OnnxRuntimeBackend
+from .tensorrt import TensorRTBackend, TensorRTRTXBackend
 
 logger = logging.getLogger(__name__)
 
 BACKENDS: Dict[str, Type[Backend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
+    TensorRTBackend.name: TensorRTBackend,
+    TensorRTRTXBackend.name: TensorRTRTXBackend,
 }
 
 __all__ = ["Backend", "Buffer", "BuildOptions", "Engine", "TensorSpec", "BACKENDS", "select_backend"]

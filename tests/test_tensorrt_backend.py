@@ -1,0 +1,853 @@
+"""The TensorRT / TensorRT-RTX backends: everything around the GPU, and the GPU itself where there is one.
+
+Without a GPU (CI): module selection and unavailable reasons, profiles, output
+shape rules, settings, parser-error mapping, real TensorRT-RTX builds of tiny
+graphs exported by mx_trt (RTX builds without a device), timing caches, stored
+engines, and the runner's call sequence against fake TensorRT objects.
+
+With a GPU (``-m gpu``): the CUDA wrapper, and correctness against MXNet on
+``mx.gpu(0)``. fp32 tolerance there: ``rtol=1e-3, atol=1e-4``, because TensorRT
+may use TF32 for fp32 convolutions and matrix products on Ampere and later.
+
+TensorRT-RTX is part of the suite (``make test`` installs it): its tests fail,
+not skip, when it is missing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import types
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.backends import BACKENDS, Buffer, BuildOptions, select_backend
+from mx_trt.backends import cuda
+from mx_trt.backends import tensorrt as trtb
+from mx_trt.backends.base import TensorSpec
+from mx_trt.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine
+from mx_trt.bind import analyze
+from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, MxTrtError, ShapeError
+from mx_trt.onnx_export import export_subgraph
+from mx_trt.settings import Settings
+from passes.fuse import boundary
+from tests.mxcheck import random_inputs, random_params, run_native
+
+GPU_RTOL, GPU_ATOL = 1e-3, 1e-4
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def rtx():
+    """The TensorRT-RTX module; missing it fails the test (it is part of `make test`)."""
+    reason = TensorRTRTXBackend.build_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"TensorRT-RTX is required by the test suite and is missing: {reason}. "
+                    "`make test` installs it (USE_TENSORRT_RTX=1 in config.mk).")
+    return TensorRTRTXBackend.module()
+
+
+def conv_relu(x, name, ch=4):
+    c = mx.sym.Convolution(x, num_filter=ch, kernel=(3, 3), pad=(1, 1), name=f"{name}_conv")
+    return mx.sym.Activation(c, act_type="relu", name=f"{name}_relu")
+
+
+def export_all(sym, shapes, dynamic_batch=None):
+    """Every subgraph of ``sym`` exported the way a bind would, weights from seeded random values."""
+    args, aux = random_params(sym, shapes)
+    params = {**args, **aux}
+    plan = analyze(sym, shapes, params, Settings(), None)
+    absorbed = plan.absorbed_ids()
+    weights = {k: v.asnumpy() for k, v in params.items()}
+    out = []
+    for sg in plan.partition.subgraphs:
+        ins, outs = boundary(plan.graph, sg.nodes, absorbed)
+        out.append(export_subgraph(plan.graph, sg.nodes, ins, outs, weights, name=sg.name, dynamic_batch=dynamic_batch))
+    return out
+
+
+SHAPES = {"data": (2, 3, 8, 8)}
+
+
+def tiny(dynamic=False):
+    """data -> a_conv -> a_relu -> fc (one subgraph)."""
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
+    (ex,) = export_all(s, SHAPES, "batch" if dynamic else None)
+    return ex
+
+
+def build(ex, **extra):
+    return TensorRTRTXBackend().build(ex, BuildOptions(name=ex.model.graph.name, extra=extra))
+
+
+def no_gpu_here() -> bool:
+    return cuda.unavailable_reason() is not None
+
+
+# --------------------------------------------------------------------------- selection and availability
+
+
+def test_both_backends_are_registered():
+    assert BACKENDS["tensorrt"] is TensorRTBackend
+    assert BACKENDS["tensorrt_rtx"] is TensorRTRTXBackend
+    # One implementation: the RTX backend only names its module and turns on its extras.
+    assert issubclass(TensorRTRTXBackend, TensorRTBackend)
+    assert TensorRTRTXBackend.build is TensorRTBackend.build
+    assert (TensorRTBackend.module_name, TensorRTRTXBackend.module_name) == ("tensorrt", "tensorrt_rtx_bindings")
+
+
+def test_gpu_contexts_try_tensorrt_then_rtx(monkeypatch):
+    calls = []
+    monkeypatch.setattr(TensorRTBackend, "unavailable_reason", classmethod(lambda cls: calls.append(cls.name) or "nope " + cls.name))
+    with pytest.raises(BackendUnavailableError) as info:
+        select_backend("gpu")
+    assert calls == ["tensorrt", "tensorrt_rtx"]
+    assert "tensorrt: nope tensorrt" in str(info.value) and "tensorrt_rtx: nope tensorrt_rtx" in str(info.value)
+    monkeypatch.setattr(TensorRTBackend, "unavailable_reason", classmethod(lambda cls: None if cls.rtx else "missing"))
+    assert isinstance(select_backend("gpu"), TensorRTRTXBackend)
+
+
+@pytest.mark.parametrize("cls, switch", [(TensorRTBackend, "USE_TENSORRT=1"), (TensorRTRTXBackend, "USE_TENSORRT_RTX=1")])
+def test_missing_module_is_named_with_how_to_install(cls, switch, monkeypatch):
+    monkeypatch.setitem(sys.modules, cls.module_name, None)  # import raises ImportError
+    reason = cls.unavailable_reason()
+    assert f"import {cls.module_name} failed" in reason and switch in reason
+    assert cls.build_unavailable_reason() == reason
+    with pytest.raises(BackendUnavailableError, match=cls.module_name):
+        cls().build(None, BuildOptions())
+
+
+def test_incomplete_module_is_reported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))
+    assert "incomplete install" in TensorRTBackend.unavailable_reason()
+
+
+def test_running_needs_a_device_building_rtx_does_not(rtx, monkeypatch):
+    monkeypatch.setattr(cuda, "unavailable_reason", lambda: "no CUDA device: (test)")
+    assert TensorRTRTXBackend.build_unavailable_reason() is None
+    reason = TensorRTRTXBackend.unavailable_reason()
+    assert "need a CUDA device to run" in reason and "(test)" in reason
+    # TensorRT proper times tactics on the device even to build.
+    fake = types.ModuleType("tensorrt")
+    fake.Builder = fake.OnnxParser = object
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    assert "builds engines on a CUDA device" in TensorRTBackend.build_unavailable_reason()
+
+
+def test_rtx_reports_an_unsupported_compute_capability(rtx, monkeypatch):
+    monkeypatch.setattr(cuda, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(cuda, "compute_capability", lambda i: (9, 0))
+    reason = TensorRTRTXBackend.unavailable_reason()
+    assert "9.0" in reason and "8.6" in reason
+    monkeypatch.setattr(cuda, "compute_capability", lambda i: (8, 6))
+    assert TensorRTRTXBackend.unavailable_reason() is None
+
+
+def test_cuda_wrapper_names_a_missing_library(monkeypatch):
+    monkeypatch.setattr(cuda, "candidates", lambda: ["/nonexistent/libcudart.so"])
+    cuda.reset()
+    try:
+        reason = cuda.unavailable_reason()
+        assert "libcudart" in reason and "MXNET_TENSORRT_CUDART" in reason and "/nonexistent/libcudart.so" in reason
+        with pytest.raises(BackendUnavailableError):
+            cuda.Stream()
+    finally:
+        monkeypatch.undo()
+        cuda.reset()
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA driver")
+def test_cuda_wrapper_says_why_there_is_no_device():
+    reason = cuda.unavailable_reason()
+    assert reason and ("CUDA" in reason or "libcudart" in reason)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_workspace_env():
+    assert trtb.workspace_limit({}) is None
+    assert trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": " "}) is None
+    assert trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": "256"}) == 256 << 20
+    for bad in ("abc", "0", "-4", "1.5"):
+        with pytest.raises(MxTrtError, match="MXNET_TENSORRT_WORKSPACE_MB"):
+            trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": bad})
+
+
+def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
+    seen = []
+    real = rtx.IBuilderConfig.set_memory_pool_limit
+    monkeypatch.setattr(rtx.IBuilderConfig, "set_memory_pool_limit",
+                        lambda self, pool, size: seen.append((pool, size)) or real(self, pool, size))
+    build(tiny())
+    assert seen == []  # no cap by default
+    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "64")
+    build(tiny())
+    assert seen == [(rtx.MemoryPoolType.WORKSPACE, 64 << 20)]
+    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "lots")
+    with pytest.raises(EngineBuildError, match="MXNET_TENSORRT_WORKSPACE_MB"):
+        build(tiny())
+
+
+def test_rtx_specialization_setting(monkeypatch):
+    monkeypatch.delenv("MXNET_TENSORRT_RTX_SPECIALIZATION", raising=False)
+    assert trtb.rtx_specialization({}) == "lazy"
+    assert trtb.rtx_specialization({}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "EAGER"}) == "eager"
+    assert trtb.rtx_specialization({"rtx_specialization": "none"}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "eager"}) == "none"
+    with pytest.raises(MxTrtError, match="lazy, eager, none"):
+        trtb.rtx_specialization({"rtx_specialization": "sometimes"})
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+DIMS = {"data": (-1, 3, 8, 8), "mask": (4,)}
+NAMES = {"data": ["batch", None, None, None], "mask": [None]}
+
+
+def test_static_inputs_get_one_fixed_profile():
+    dims = {"data": (2, 3, 8, 8)}
+    assert trtb.make_profiles(dims, None, "sg") == [{"data": ((2, 3, 8, 8),) * 3}]
+
+
+def test_dynamic_inputs_without_profiles_are_an_error():
+    with pytest.raises(EngineBuildError, match=r"input 'data' \(\?, 3, 8, 8\) has dynamic axis 0 \('batch'\).*extra\['profiles'\]"):
+        trtb.make_profiles(DIMS, None, "sg", NAMES)
+
+
+def test_profiles_are_completed_and_checked():
+    p = trtb.make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)]}], "sg")
+    assert p == [{"data": ((1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)), "mask": ((4,), (4,), (4,))}]
+    # An input left out whose only dynamic axis is the batch follows the others' batch range.
+    two = {"a": (-1, 3), "b": (-1, 5)}
+    p = trtb.make_profiles(two, [{"a": [(1, 3), (2, 3), (4, 3)]}], "sg")
+    assert p[0]["b"] == ((1, 5), (2, 5), (4, 5))
+    cases = [
+        ({"data": [(1, 3, 8, 8), (9, 3, 8, 8), (8, 3, 8, 8)]}, "min <= opt <= max"),
+        ({"data": [(1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 9, 8)]}, "axis 2 is static"),
+        ({"data": [(1, 3, 8), (2, 3, 8), (8, 3, 8)]}, "rank 4"),
+        ({"data": [(1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)], "nope": [(1,), (1,), (1,)]}, "not inputs"),
+        ({"mask": [(4,), (4,), (4,)]}, "does not cover input 'data'"),
+        ({"data": [(1, 3, 8, 8), (2, 3, 8, 8)]}, r"\(min_shape, opt_shape, max_shape\)"),
+    ]
+    for prof, msg in cases:
+        with pytest.raises(EngineBuildError, match=msg):
+            trtb.make_profiles(DIMS, [prof], "sg")
+
+
+def test_batch_ranges_become_profiles():
+    p = trtb.profiles_from_batch_ranges(DIMS, [(1, 2, 4), (5, 8, 16)], "sg")
+    assert p == [{"data": ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))}, {"data": ((5, 3, 8, 8), (8, 3, 8, 8), (16, 3, 8, 8))}]
+    with pytest.raises(EngineBuildError, match="besides the batch"):
+        trtb.profiles_from_batch_ranges({"x": (-1, -1)}, [(1, 2, 3)], "sg")
+
+
+def test_profile_selection():
+    profiles = trtb.make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8)]},
+                                         {"data": [(3, 3, 8, 8), (8, 3, 8, 8), (16, 3, 8, 8)]}], "sg")
+    names = ["data", "mask"]
+    assert trtb.select_profile(profiles, names, [(1, 3, 8, 8), (4,)], "sg") == 0
+    assert trtb.select_profile(profiles, names, [(4, 3, 8, 8), (4,)], "sg") == 0  # the first that fits
+    assert trtb.select_profile(profiles, names, [(5, 3, 8, 8), (4,)], "sg") == 1
+    for bad in ([(17, 3, 8, 8), (4,)], [(2, 3, 8, 9), (4,)], [(2, 3, 8), (4,)], [(2, 3, 8, 8), (5,)]):
+        with pytest.raises(ShapeError, match="outside every optimization profile"):
+            trtb.select_profile(profiles, names, bad, "sg")
+
+
+# --------------------------------------------------------------------------- output shapes
+
+
+class FakeDims:
+    """A TensorRT Dims whose nbDims is -1 (its __len__ returns -1)."""
+
+    def __len__(self):
+        return -1
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+class ShapeContext:
+    def __init__(self, out, accept=True):
+        self.out, self.accept, self.set = out, accept, {}
+
+    def set_input_shape(self, name, shape):
+        self.set[name] = shape
+        return self.accept
+
+    def get_tensor_shape(self, name):
+        return self.out[name]
+
+
+def test_dims_tuple(rtx):
+    assert trtb.dims_tuple(rtx.Dims([2, 3])) == (2, 3)
+    assert trtb.dims_tuple(rtx.Dims()) == ()
+    assert trtb.dims_tuple((-1, 4)) == (-1, 4)
+    assert trtb.dims_tuple(FakeDims()) is None
+
+
+def test_context_output_shapes():
+    ok = ShapeContext({"y": (5, 10)})
+    assert trtb.context_output_shapes(ok, ["x"], [(5, 3)], ["y"], "sg") == [(5, 10)]
+    assert ok.set == {"x": (5, 3)}
+    with pytest.raises(ShapeError, match="nbDims == -1"):
+        trtb.context_output_shapes(ShapeContext({"y": FakeDims()}), ["x"], [(5, 3)], ["y"], "sg")
+    with pytest.raises(ShapeError, match="depends on the data"):
+        trtb.context_output_shapes(ShapeContext({"y": (-1, 10)}), ["x"], [(5, 3)], ["y"], "sg")
+    with pytest.raises(ShapeError, match="rejected shape"):
+        trtb.context_output_shapes(ShapeContext({"y": (5, 10)}, accept=False), ["x"], [(5, 3)], ["y"], "sg")
+
+
+def test_batch_rule():
+    ins = [TensorSpec("a", (2, 3), "float32"), TensorSpec("b", (2, 4, 4), "float32")]
+    outs = [TensorSpec("y", (2, 7), "float32")]
+    assert trtb.batch_rule_output_shapes(ins, outs, [(6, 3), (6, 4, 4)], "sg") == [(6, 7)]
+    with pytest.raises(ShapeError, match="disagree on the batch"):
+        trtb.batch_rule_output_shapes(ins, outs, [(6, 3), (5, 4, 4)], "sg")
+    with pytest.raises(ShapeError, match="must keep dimensions"):
+        trtb.batch_rule_output_shapes(ins, outs, [(6, 4), (6, 4, 4)], "sg")
+
+
+# --------------------------------------------------------------------------- parser errors
+
+
+def test_parser_errors_name_the_mxnet_node(rtx, caplog):
+    ex = tiny()
+    conv = next(n for n in ex.model.graph.node if n.op_type == "Conv")
+    assert ex.origin[conv.name] == "a_conv"
+    conv.op_type = "NoSuchOnnxOp"
+    with caplog.at_level(logging.ERROR, logger="mx_trt.backends.tensorrt"):
+        with pytest.raises(EngineBuildError) as info:
+            build(ex)
+    msg = str(info.value)
+    assert ex.model.graph.name in msg and "ONNX parser rejected" in msg
+    assert f"ONNX node {conv.name!r} (NoSuchOnnxOp) from MXNet node 'a_conv'" in msg
+    assert any("from MXNet node 'a_conv'" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+
+
+def test_parser_error_mapping_uses_node_index_and_doc_string():
+    ex = tiny()
+    node = ex.model.graph.node[1]
+
+    class Err:
+        def __init__(self, index, name, op, desc):
+            self.index, self.name, self.op, self.text = index, name, op, desc
+
+        def code(self):
+            return types.SimpleNamespace(name="UNSUPPORTED_NODE")
+
+        def node(self):
+            return self.index
+
+        def node_name(self):
+            return self.name
+
+        def node_operator(self):
+            return self.op
+
+        def desc(self):
+            return self.text
+
+    errors = [Err(1, "", "", "bad attribute"), Err(-1, "", "", "bad model")]
+    parser = types.SimpleNamespace(num_errors=2, get_error=lambda i: errors[i])
+    ex.origin.pop(node.name)  # falls back to the node's doc_string, which the exporter sets to the MXNet name
+    msgs = trtb.parser_error_messages(parser, ex)
+    assert msgs[0] == f"ONNX node {node.name!r} ({node.op_type}) from MXNet node {node.doc_string!r}: UNSUPPORTED_NODE: bad attribute"
+    assert msgs[1] == "model: UNSUPPORTED_NODE: bad model"
+
+
+def test_output_shape_disagreement_names_the_mxnet_node(rtx):
+    ex = tiny()
+    ex.model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 6  # fc really has 5
+    with pytest.raises(EngineBuildError, match=r"output 'fc_output'.*from MXNet node 'fc'.*\(2, 6\).*\(2, 5\)"):
+        build(ex)
+
+
+# --------------------------------------------------------------------------- TensorRT-RTX builds (no device needed)
+
+
+def plan_is_wellformed(rtx, plan: bytes) -> bool:
+    """The runtime's own header check: no MALFORMED_ENGINE flag (other flags: no usable GPU here)."""
+    _, diagnostics = rtx.Runtime(trtb._logger_for(rtx)).get_engine_validity(plan)
+    return not int(diagnostics) & int(rtx.EngineInvalidityDiagnostics.MALFORMED_ENGINE)
+
+
+def test_static_build(rtx):
+    eng = build(tiny())
+    assert isinstance(eng, TrtEngine) and isinstance(eng.plan, bytes) and len(eng.plan) > 1000
+    assert plan_is_wellformed(rtx, eng.plan)
+    assert not plan_is_wellformed(rtx, b"\0" * 4096)
+    assert eng.inputs == [TensorSpec("data", (2, 3, 8, 8), "float32")]
+    assert eng.outputs == [TensorSpec("fc_output", (2, 5), "float32")]
+    assert eng.output_shape_rule == "static" and eng.batch_ranges == [] and not eng.dynamic
+    assert eng.output_shapes([(2, 3, 8, 8)]) == [(2, 5)]
+    with pytest.raises(ShapeError, match="outside every optimization profile"):
+        eng.output_shapes([(3, 3, 8, 8)])
+    assert eng.covers(2) and not eng.covers(3)
+
+
+@pytest.mark.parametrize("bound, top", [(2, 8), (1, 4)])
+def test_dynamic_batch_build(rtx, bound, top):
+    shapes = {"data": (bound, 3, 8, 8)}
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
+    (ex,) = export_all(s, shapes, "batch")
+    assert [d.dim_param for d in (ex.model.graph.input[0].type.tensor_type.shape.dim[0], ex.model.graph.output[0].type.tensor_type.shape.dim[0])] == ["batch", "batch"]
+    with pytest.raises(EngineBuildError, match="'batch'"):
+        build(ex)  # symbolic batch, no profile
+    eng = build(ex, profiles=[{"data": [(1, 3, 8, 8), (bound, 3, 8, 8), (top, 3, 8, 8)]}])
+    assert plan_is_wellformed(rtx, eng.plan)
+    assert eng.dynamic and eng.output_shape_rule == "batch" and eng.batch_ranges == [(1, bound, top)]
+    assert eng.inputs[0].shape == (bound, 3, 8, 8) and eng.outputs[0].shape == (bound, 5)
+    for b in (1, bound, top):
+        assert eng.output_shapes([(b, 3, 8, 8)]) == [(b, 5)]
+    with pytest.raises(ShapeError):
+        eng.output_shapes([(top + 1, 3, 8, 8)])
+    same = build(ex, batch_ranges=[(1, bound, top)])
+    assert same.profiles == eng.profiles
+
+
+def test_several_inputs_and_outputs(rtx):
+    x, y = mx.sym.var("data"), mx.sym.var("data2")
+    a, b = conv_relu(x, "a"), conv_relu(y, "b")
+    s = mx.sym.Group([a + b, mx.sym.Activation(a - b, act_type="tanh", name="t")])
+    shapes = {"data": (2, 3, 8, 8), "data2": (2, 3, 8, 8)}
+    (ex,) = export_all(s, shapes, "batch")
+    eng = build(ex, batch_ranges=[(1, 2, 4), (5, 6, 8)])
+    assert [t.name for t in eng.inputs] == ex.input_names and [t.name for t in eng.outputs] == ex.output_names
+    assert eng.batch_ranges == [(1, 2, 4), (5, 6, 8)]
+    assert eng.output_shapes([(7, 3, 8, 8)] * 2) == [(7, 4, 8, 8)] * 2
+    assert eng.select_profile([(7, 3, 8, 8)] * 2) == 1
+
+
+def test_batch_ranges_on_a_static_export_keep_it_static(rtx):
+    eng = build(tiny(), batch_ranges=[(1, 2, 8)])
+    assert not eng.dynamic and eng.batch_ranges == [] and len(eng.profiles) == 1
+
+
+def test_external_weights_are_parsed_from_a_file(rtx, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", "1")
+    ex = tiny()
+    assert ex.external, "the exporter should have kept the weights as external data"
+    eng = build(ex)
+    assert plan_is_wellformed(rtx, eng.plan)
+
+
+def test_progress_is_forwarded(rtx):
+    seen = []
+    build(tiny(), progress=lambda phase, step, total: seen.append((phase, step, total)))
+    assert seen, "no progress reported"
+    phases = {p for p, _, _ in seen}
+    for p in phases:
+        steps = [(s, t) for q, s, t in seen if q == p]
+        assert steps[0][0] == 0 and steps[-1][0] == steps[-1][1]  # starts at 0, finishes at total
+    # A failing callback never breaks the build.
+    build(tiny(), progress=lambda *a: 1 / 0)
+
+
+def test_timing_cache_is_written_and_reloaded(rtx, tmp_path, caplog):
+    path = tmp_path / "sub" / "timing.cache"
+    build(tiny(), timing_cache_path=str(path))
+    first = path.read_bytes()
+    assert first
+    build(tiny(), timing_cache_path=str(path))  # reads it back (RTX may decline it without a GPU: a warning)
+    assert path.read_bytes()
+    path.write_bytes(b"garbage" * 100)
+    with caplog.at_level(logging.WARNING, logger="mx_trt.backends.tensorrt"):
+        eng = build(tiny(), timing_cache_path=str(path))
+    assert eng.plan
+    assert any("timing cache" in r.getMessage() and "ignoring it" in r.getMessage() for r in caplog.records)
+    assert path.read_bytes() != b"garbage" * 100  # replaced by a fresh one
+    assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
+
+
+def test_timing_cache_file_contents_reach_the_config(tmp_path):
+    class Config:
+        def __init__(self):
+            self.created, self.set = [], None
+
+        def create_timing_cache(self, data):
+            self.created.append(bytes(data))
+            return "cache"
+
+        def set_timing_cache(self, cache, ignore_mismatch):
+            self.set = (cache, ignore_mismatch)
+            return True
+
+    class Log:
+        def capture(self):
+            import contextlib
+
+            return contextlib.nullcontext(trtb._LogCapture())
+
+    path = tmp_path / "t.cache"
+    path.write_bytes(b"valid-bytes")
+    cfg = Config()
+    trtb._load_timing_cache(cfg, Log(), str(path), "sg")
+    assert cfg.created == [b"valid-bytes"] and cfg.set == ("cache", False)
+    cfg = Config()
+    trtb._load_timing_cache(cfg, Log(), str(tmp_path / "absent.cache"), "sg")
+    assert cfg.created == [b""]
+
+
+def test_meta_and_load_engine_round_trip(rtx, tmp_path):
+    (ex,) = export_all(mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc"), SHAPES, "batch")
+    eng = build(ex, batch_ranges=[(1, 2, 8)], rtx_specialization="eager")
+    meta = json.loads(json.dumps(eng.meta()))
+    again = trtb.load_engine(eng.plan, meta, BuildOptions(name="x"))
+    assert isinstance(again, TrtEngine) and again.backend is TensorRTRTXBackend
+    for attr in ("inputs", "outputs", "profiles", "batch_ranges", "output_shape_rule", "plan", "specialization"):
+        assert getattr(again, attr) == getattr(eng, attr), attr
+    assert again.output_shapes([(5, 3, 8, 8)]) == [(5, 5)]
+    stored = eng.save(str(tmp_path))
+    assert (tmp_path / stored["plan_file"]).read_bytes() == eng.plan
+    loaded = TensorRTRTXBackend().load(stored, str(tmp_path), BuildOptions(extra={"rtx_specialization": "none"}))
+    assert loaded.plan == eng.plan and loaded.specialization == "none"
+    with pytest.raises(EngineBuildError, match="sha256"):
+        trtb.load_engine(eng.plan[:-1] + b"x", meta, BuildOptions())
+    with pytest.raises(EngineBuildError, match="1.0.0"):
+        trtb.load_engine(eng.plan, {**meta, "version": "1.0.0"}, BuildOptions())
+    with pytest.raises(EngineBuildError, match="not a TensorRT one"):
+        trtb.load_engine(eng.plan, {**meta, "backend": "onnxruntime"}, BuildOptions())
+
+
+@pytest.mark.skipif(not no_gpu_here(), reason="this machine has a usable GPU")
+def test_running_without_a_device_is_a_clear_error(rtx):
+    eng = build(tiny())
+    x = Buffer(1, (2, 3, 8, 8), "float32", 0)
+    y = Buffer(2, (2, 5), "float32", 0)
+    with pytest.raises(BackendUnavailableError, match="needs a CUDA device to run"):
+        eng.run([x], [y])
+    with pytest.raises(ShapeError, match="float16"):
+        eng.run([Buffer(1, (2, 3, 8, 8), "float16", 0)], [y])  # checked before any device work
+    with pytest.raises(ShapeError, match="outside every optimization profile"):
+        eng.run([Buffer(1, (3, 3, 8, 8), "float32", 0)], [y])
+
+
+# --------------------------------------------------------------------------- the runner against fake TensorRT objects
+
+
+class FakeStream:
+    def __init__(self, log, device_id=None):
+        self.log, self.handle = log, 0xC0FFEE
+
+    def synchronize(self):
+        self.log.append(("stream_sync",))
+
+    def close(self):
+        self.log.append(("stream_close",))
+
+
+class FakeContext:
+    def __init__(self, log, out_dims):
+        self.log, self.out_dims, self.shapes = log, out_dims, {}
+        self.execute_ok = True
+
+    def set_optimization_profile_async(self, k, stream):
+        self.log.append(("profile", k, stream))
+        return True
+
+    def set_input_shape(self, name, shape):
+        self.log.append(("shape", name, tuple(shape)))
+        self.shapes[name] = tuple(shape)
+        return True
+
+    def get_tensor_shape(self, name):
+        return self.out_dims(self.shapes, name)
+
+    def set_tensor_address(self, name, ptr):
+        self.log.append(("address", name, ptr))
+        return True
+
+    def execute_async_v3(self, stream):
+        self.log.append(("execute", stream))
+        return self.execute_ok
+
+
+class FakeCache:
+    def __init__(self, log):
+        self.log = log
+
+    def deserialize(self, data):
+        self.log.append(("cache_load", bytes(data)))
+        return True
+
+    def serialize(self):
+        return b"compiled-kernels"
+
+
+class FakeRuntimeConfig:
+    def __init__(self, log):
+        self.log, self.dynamic_shapes_kernel_specialization_strategy = log, None
+
+    def create_runtime_cache(self):
+        return FakeCache(self.log)
+
+    def set_runtime_cache(self, cache):
+        self.log.append(("cache_set",))
+        return True
+
+
+class FakeCudaEngine:
+    def __init__(self, ctx, log):
+        self.ctx, self.log, self.config = ctx, log, None
+
+    def create_runtime_config(self):
+        self.config = FakeRuntimeConfig(self.log)
+        return self.config
+
+    def create_execution_context(self, *args):
+        self.log.append(("context", args))
+        return self.ctx
+
+
+class NoRtx(TensorRTRTXBackend):
+    """The TensorRT code path (plain contexts) on the RTX module's types."""
+
+    rtx = False
+
+
+def fake_engine(monkeypatch, backend, out_dims, **extra):
+    (ex,) = export_all(mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc"), SHAPES, "batch")
+    real = build(ex, batch_ranges=[(1, 2, 4), (5, 6, 8)])
+    eng = TrtEngine(backend, real.plan, real.meta(), BuildOptions(device_id=0, extra=extra))
+    log = []
+    ctx = FakeContext(log, out_dims)
+    fake = FakeCudaEngine(ctx, log)
+    monkeypatch.setattr(TrtEngine, "_deserialized", lambda self: fake)
+    monkeypatch.setattr(cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(cuda, "device_synchronize", lambda: log.append(("device_sync",)))
+    monkeypatch.setattr(cuda, "Stream", lambda device_id=None: FakeStream(log, device_id))
+    return eng, ctx, fake, log
+
+
+def batch_out(shapes, name):
+    return (shapes["data"][0], 5)
+
+
+def bufs(batch, x=100, y=200, dtype="float32"):
+    return [Buffer(x, (batch, 3, 8, 8), dtype, 0)], [Buffer(y, (batch, 5), dtype, 0)]
+
+
+def test_runner_call_sequence(rtx, monkeypatch):
+    eng, ctx, fake, log = fake_engine(monkeypatch, NoRtx, batch_out)
+    runner = eng.create_runner()
+    runner.run(*bufs(2))
+    assert log == [
+        ("context", ()),
+        ("profile", 0, 0xC0FFEE),
+        ("shape", "data", (2, 3, 8, 8)),
+        ("address", "data", 100), ("address", "fc_output", 200),
+        ("device_sync",),  # MXNet's kernels are done before the engine reads its inputs
+        ("execute", 0xC0FFEE),
+        ("stream_sync",),  # and the engine's before MXNet reads the outputs
+    ]
+    del log[:]
+    runner.run(*bufs(2))  # same shapes and buffers: nothing to set again
+    assert log == [("device_sync",), ("execute", 0xC0FFEE), ("stream_sync",)]
+    del log[:]
+    runner.run(*bufs(7, x=300, y=400))  # batch 7 lives in profile 1
+    assert log[:4] == [("profile", 1, 0xC0FFEE), ("shape", "data", (7, 3, 8, 8)), ("address", "data", 300), ("address", "fc_output", 400)]
+    assert runner.run_count == 3
+    # One context per runner, the engine shared.
+    other = eng.create_runner()
+    other.run(*bufs(3))
+    assert [e for e in log if e[0] == "context"] == [("context", ())]
+
+
+def test_runner_checks(rtx, monkeypatch):
+    eng, ctx, fake, log = fake_engine(monkeypatch, NoRtx, batch_out)
+    runner = eng.create_runner()
+    with pytest.raises(ShapeError, match=r"output 'fc_output' has shape \(2, 5\).*\(2, 6\)"):
+        runner.run([Buffer(1, (2, 3, 8, 8), "float32", 0)], [Buffer(2, (2, 6), "float32", 0)])
+    with pytest.raises(ShapeError, match="float16"):
+        runner.run(*bufs(2, dtype="float16"))
+    with pytest.raises(ShapeError, match="got 1 / 2"):
+        runner.run(bufs(2)[0], bufs(2)[1] * 2)
+    with pytest.raises(EngineRunError, match="host memory"):
+        runner.run([Buffer(1, (2, 3, 8, 8), "float32", -1)], bufs(2)[1])
+    ctx.execute_ok = False
+    with pytest.raises(EngineRunError, match="execute_async_v3 failed"):
+        runner.run(*bufs(2))
+
+
+def test_runner_refuses_outputs_it_cannot_shape(rtx, monkeypatch):
+    eng, ctx, fake, log = fake_engine(monkeypatch, NoRtx, lambda shapes, name: FakeDims())
+    with pytest.raises(ShapeError, match="nbDims == -1"):
+        eng.create_runner().run(*bufs(2))
+    assert ("execute", 0xC0FFEE) not in log
+
+
+def test_rtx_runner_uses_runtime_config_and_cache(rtx, monkeypatch, tmp_path):
+    cache = tmp_path / "runtime.cache"
+    cache.write_bytes(b"old-kernels")
+    eng, ctx, fake, log = fake_engine(monkeypatch, TensorRTRTXBackend, batch_out, rtx_specialization="eager",
+                                      runtime_cache_path=str(cache))
+    runner = eng.create_runner()
+    runner.run(*bufs(2))
+    assert fake.config.dynamic_shapes_kernel_specialization_strategy == rtx.DynamicShapesKernelSpecializationStrategy.EAGER
+    assert ("cache_load", b"old-kernels") in log and ("cache_set",) in log
+    assert log[log.index(("cache_set",)) + 1] == ("context", (fake.config,))
+    assert cache.read_bytes() == b"compiled-kernels"  # saved after kernels were compiled for new shapes
+    cache.unlink()
+    runner.close()
+    assert cache.read_bytes() == b"compiled-kernels" and ("stream_close",) in log
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+
+def gpu_missing():
+    """Why the GPU tests cannot run here, or None."""
+    reason = cuda.unavailable_reason()
+    if reason is not None:
+        return f"needs a CUDA device: {reason}"
+    reasons = {cls.name: cls.unavailable_reason() for cls in (TensorRTBackend, TensorRTRTXBackend)}
+    if all(reasons.values()):
+        return "needs TensorRT or TensorRT-RTX able to run here (" + "; ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
+    try:
+        n = mx.context.num_gpus()
+    except Exception as exc:  # a CPU build of MXNet
+        return f"needs a CUDA build of MXNet ({exc})"
+    if n == 0:
+        return "needs a CUDA build of MXNet (mx.context.num_gpus() == 0)"
+    return None
+
+
+def require_gpu():
+    reason = gpu_missing()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def small_cnn():
+    x = mx.sym.var("data")
+    c1 = mx.sym.Convolution(x, num_filter=8, kernel=(3, 3), pad=(1, 1), name="c1")
+    b1 = mx.sym.BatchNorm(c1, fix_gamma=False, name="bn1")
+    r1 = mx.sym.Activation(b1, act_type="relu", name="r1")
+    p1 = mx.sym.Pooling(r1, kernel=(2, 2), stride=(2, 2), pool_type="max", name="p1")
+    c2 = mx.sym.Convolution(p1, num_filter=16, kernel=(3, 3), pad=(1, 1), name="c2")
+    r2 = mx.sym.Activation(c2, act_type="relu", name="r2")
+    fc = mx.sym.FullyConnected(mx.sym.flatten(r2, name="flat"), num_hidden=10, name="fc")
+    return mx.sym.softmax(fc, name="prob")
+
+
+def bind_gpu(sym, shapes, args, aux, monkeypatch):
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    exe = sym.simple_bind(mx.gpu(0), grad_req="null", shared_buffer={**args, **aux}, **shapes)
+    info = mx_trt.bind_info(exe)
+    assert info is not None and info.backend in ("tensorrt", "tensorrt_rtx") and info.engines, info and info.native_failures
+    return exe, info
+
+
+def forward(exe, inputs):
+    for k, v in inputs.items():
+        exe.arg_dict[k][:] = v
+    exe.forward(is_train=False)
+    return [o.asnumpy() for o in exe.outputs]
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_wrapper():
+    require_gpu()
+    major, minor = cuda.compute_capability(0)
+    assert major >= 5 and minor >= 0
+    cuda.set_device(0)
+    src = np.arange(64, dtype=np.float32)
+    dst = np.zeros_like(src)
+    dev = cuda.malloc(src.nbytes)
+    try:
+        cuda.memcpy(dev, src.ctypes.data, src.nbytes, cuda.HOST_TO_DEVICE)
+        s = cuda.Stream(0)
+        s.synchronize()
+        s.close()
+        cuda.device_synchronize()
+        cuda.memcpy(dst.ctypes.data, dev, src.nbytes, cuda.DEVICE_TO_HOST)
+    finally:
+        cuda.free(dev)
+    np.testing.assert_array_equal(dst, src)
+
+
+@pytest.mark.gpu
+def test_gpu_small_cnn_matches_mxnet(monkeypatch):
+    require_gpu()
+    sym = small_cnn()
+    shapes = {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes)
+    inputs = random_inputs(shapes)
+    ref = run_native(sym, shapes, args, aux, inputs, ctx=mx.gpu(0))
+    exe, info = bind_gpu(sym, shapes, args, aux, monkeypatch)
+    got = forward(exe, inputs)
+    np.testing.assert_allclose(got[0], ref[0], rtol=GPU_RTOL, atol=GPU_ATOL)
+    got2 = forward(exe, inputs)  # the context and its bindings are reused
+    np.testing.assert_allclose(got2[0], got[0], rtol=0, atol=0)
+    assert info.engines[0].run_count == 2
+
+
+@pytest.mark.gpu
+def test_gpu_engine_reused_across_reshape_within_the_profile(monkeypatch):
+    require_gpu()
+    monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", "8")
+    sym = small_cnn()
+    shapes = {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes)
+    exe, info = bind_gpu(sym, shapes, args, aux, monkeypatch)
+    fused = info.engines[0]
+    engine = fused.engine
+    assert engine.batch_ranges == [(1, 2, 8)]
+    for batch in (5, 1, 8):
+        new_shapes = {"data": (batch, 3, 16, 16)}
+        inputs = random_inputs(new_shapes, seed=batch)
+        ref = run_native(sym, new_shapes, args, aux, inputs, ctx=mx.gpu(0))
+        exe2 = exe.reshape(allow_up_sizing=True, **new_shapes)
+        got = forward(exe2, inputs)
+        np.testing.assert_allclose(got[0], ref[0], rtol=GPU_RTOL, atol=GPU_ATOL)
+        assert fused.engine is engine and fused.build_count == 1  # no rebuild inside the profile
+    assert engine._cuda_engine is not None  # deserialized once, shared by the executors' contexts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("req", ["write", "inplace", "add", "null"])
+def test_gpu_fused_operator_honours_req(req, monkeypatch):
+    require_gpu()
+    from mx_trt import fused_op
+
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    inputs = random_inputs(SHAPES)
+    exe, info = bind_gpu(s, SHAPES, args, aux, monkeypatch)
+    want = forward(exe, inputs)[0]
+    op = fused_op._gpu_operator(info.engines[0], mx.gpu(0))
+    x = mx.nd.array(inputs["data"], ctx=mx.gpu(0))
+    out = mx.nd.ones(want.shape, ctx=mx.gpu(0))
+    mx.nd.waitall()
+    op.forward(False, [req], [x], [out], [])
+    expect = {"write": want, "inplace": want, "add": want + 1, "null": np.ones_like(want)}[req]
+    np.testing.assert_allclose(out.asnumpy(), expect, rtol=GPU_RTOL, atol=GPU_ATOL)
+
+
+@pytest.mark.gpu
+def test_gpu_engine_built_here_runs_through_a_runner():
+    require_gpu()
+    backend = next(cls() for cls in (TensorRTBackend, TensorRTRTXBackend) if cls.unavailable_reason() is None)
+    ex = tiny()
+    eng = backend.build(ex, BuildOptions(device_id=0, name="tiny"))
+    from mx_trt.fused_op import data_ptr
+
+    import onnxruntime as ort
+
+    xs = np.random.RandomState(0).uniform(-1, 1, (2, 3, 8, 8)).astype("float32")
+    ref = ort.InferenceSession(ex.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"data": xs})[0]
+    x = mx.nd.array(xs, ctx=mx.gpu(0))
+    y = mx.nd.zeros((2, 5), ctx=mx.gpu(0))
+    mx.nd.waitall()
+    runner = eng.create_runner()
+    runner.run([Buffer(data_ptr(x), (2, 3, 8, 8), "float32", 0)], [Buffer(data_ptr(y), (2, 5), "float32", 0)])
+    np.testing.assert_allclose(y.asnumpy(), ref, rtol=GPU_RTOL, atol=GPU_ATOL)
+    runner.close()

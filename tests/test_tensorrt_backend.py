@@ -370,6 +370,38 @@ def test_output_shape_disagreement_names_the_mxnet_node(rtx):
         build(ex)
 
 
+RESTRICTIONS = [
+    # (id, symbol on x, shape of x, TensorRT cannot take it)
+    ("softmax_1d", lambda x: mx.sym.softmax(x * 2, name="op"), (7,), True),
+    ("log_softmax_1d", lambda x: mx.sym.log_softmax(x * 2, name="op"), (7,), True),
+    ("argmax_1d", lambda x: mx.sym.argmax(x * 2, axis=0, name="op"), (7,), True),
+    ("argmax_global", lambda x: mx.sym.argmax(x * 2, name="op"), (3, 4), True),
+    ("argmin_global", lambda x: mx.sym.argmin(x * 2, keepdims=True, name="op"), (3, 4), True),
+    ("softmax_2d", lambda x: mx.sym.softmax(x * 2, name="op"), (3, 4), False),
+    ("argmax_axis", lambda x: mx.sym.argmax(x * 2, axis=1, name="op"), (3, 4), False),
+]
+
+
+@pytest.mark.parametrize("make, shape, restricted", [r[1:] for r in RESTRICTIONS], ids=[r[0] for r in RESTRICTIONS])
+def test_trt_restrictions_match_what_the_parser_rejects(rtx, make, shape, restricted):
+    """supports() keeps exactly the ops TensorRT-RTX rejects native; a pass here means a stale restriction."""
+    from mx_trt.onnx_export import op_spec
+
+    sym = make(mx.sym.var("x"))
+    plan = analyze(sym, {"x": shape}, {}, Settings(), None)
+    nid = next(n.id for n in plan.graph.nodes if n.name == "op")
+    reason = TensorRTRTXBackend().supports(op_spec(plan.graph, nid, {}))
+    assert (reason is not None) == restricted, reason
+    (ex,) = export_all(sym, {"x": shape})
+    if restricted:
+        with pytest.raises(EngineBuildError, match="from MXNet node 'op'"):
+            build(ex)
+        native = analyze(sym, {"x": shape}, {}, Settings(), TensorRTRTXBackend()).partition.native
+        assert reason in native.values()
+    else:
+        assert build(ex).plan
+
+
 # --------------------------------------------------------------------------- TensorRT-RTX builds (no device needed)
 
 
@@ -528,6 +560,27 @@ def test_running_without_a_device_is_a_clear_error(rtx):
         eng.run([Buffer(1, (2, 3, 8, 8), "float16", 0)], [y])  # checked before any device work
     with pytest.raises(ShapeError, match="outside every optimization profile"):
         eng.run([Buffer(1, (3, 3, 8, 8), "float32", 0)], [y])
+
+
+def test_bind_pass_builds_stores_and_reloads_engines(rtx, monkeypatch):
+    """The bind pass with this backend, up to the forward (which needs a device): build, reuse, plan cache, reshape."""
+    from mx_trt import engines
+    from mx_trt.bind import bind_with_backend
+
+    monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", "8")
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
+    args, aux = random_params(s, SHAPES)
+    sources = []
+    for k in range(3):
+        if k == 2:
+            engines.clear_pool()  # a new process: the engine comes from the plan cache on disk
+        exe, info = bind_with_backend(s, mx.cpu(), TensorRTRTXBackend(), Settings.from_env(), {**args, **aux}, SHAPES)
+        fused = info.engines[0]
+        sources.append(fused.source)
+        assert isinstance(fused.engine, TrtEngine) and fused.engine.batch_ranges == [(1, 2, 8)]
+        assert exe.reshape(allow_up_sizing=True, data=(6, 3, 8, 8)).outputs[0].shape == (6, 5)
+        assert fused.build_count == (1 if k == 0 else 0)
+    assert sources == ["built", "memory", "disk"]
 
 
 # --------------------------------------------------------------------------- the runner against fake TensorRT objects

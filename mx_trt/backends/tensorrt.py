@@ -376,10 +376,15 @@ def _import_module(module_name: str) -> Tuple[Optional[Any], str]:
 
 
 class _LogCapture:
-    """TensorRT's log lines of WARNING or worse, collected while active."""
+    """TensorRT's log lines of WARNING or worse, collected while active.
 
-    def __init__(self) -> None:
+    A ``quiet`` capture also logs them at DEBUG only: the caller reports the
+    outcome itself (an expected failure, such as a stale cache file).
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
         self.lines: List[str] = []
+        self.quiet = quiet
 
     def errors(self) -> List[str]:
         return [line for line in self.lines if not line.startswith("[W]")]
@@ -417,15 +422,17 @@ def _logger_for(mod: Any) -> Any:
 
             def log(self, severity: Any, msg: str) -> None:
                 level, tag = levels.get(int(severity), (logging.INFO, "[?]"))
-                logger.log(level, "%s %s", mod.__name__, msg)
+                with self._lock:
+                    captures = list(self._captures)
                 if level >= logging.WARNING:
-                    with self._lock:
-                        for c in self._captures:
-                            c.lines.append(f"{tag} {msg}")
+                    for c in captures:
+                        c.lines.append(f"{tag} {msg}")
+                quiet = any(c.quiet for c in captures)
+                logger.log(logging.DEBUG if quiet else level, "%s %s", mod.__name__, msg)
 
             @contextlib.contextmanager
-            def capture(self) -> Iterator[_LogCapture]:
-                c = _LogCapture()
+            def capture(self, quiet: bool = False) -> Iterator[_LogCapture]:
+                c = _LogCapture(quiet)
                 with self._lock:
                     self._captures.append(c)
                 try:
@@ -507,15 +514,20 @@ def _read(path: str) -> Optional[bytes]:
         return None
 
 
-def _load_timing_cache(config: "trt.IBuilderConfig", log: Any, path: str, subgraph: str) -> "trt.ITimingCache":
-    """The timing cache from ``path`` set on ``config``; an unreadable one is replaced by an empty cache, with a warning."""
+def _load_timing_cache(config: "trt.IBuilderConfig", log: Any, path: str, subgraph: str,
+                       level: int = logging.WARNING) -> "trt.ITimingCache":
+    """The timing cache from ``path`` set on ``config``; an unreadable one is replaced by an empty cache.
+
+    The replacement is logged at ``level`` (TensorRT-RTX, which does not use
+    timing caches and cannot read one without a GPU, passes INFO).
+    """
     data = b""
     try:
         data = _read(path) or b""
     except OSError as exc:
         logger.warning("%s: cannot read timing cache %s (%s); starting an empty one", subgraph, path, exc)
     cache: Optional[trt.ITimingCache] = None
-    with log.capture() as cap, warnings.catch_warnings():
+    with log.capture(quiet=True) as cap, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TensorRT-RTX: timing caches are no-ops there
         try:
             cache = config.create_timing_cache(data)
@@ -523,8 +535,8 @@ def _load_timing_cache(config: "trt.IBuilderConfig", log: Any, path: str, subgra
             cap.lines.append(f"[E] {exc}")
     complaints = [line for line in cap.lines if "cache" in line.lower() or line.startswith("[E]")]
     if data and (cache is None or complaints):
-        logger.warning("%s: timing cache %s is corrupt or from another TensorRT version or GPU; ignoring it (%s)",
-                       subgraph, path, "; ".join(complaints) or "not loaded")
+        logger.log(level, "%s: timing cache %s is corrupt, from another TensorRT version or GPU, or needs a GPU "
+                   "to be read; ignoring it (%s)", subgraph, path, "; ".join(complaints) or "not loaded")
         cache = None
     if cache is None:
         with warnings.catch_warnings():
@@ -1036,7 +1048,7 @@ class TensorRTBackend(Backend):
             config.progress_monitor = monitor
         cache_path = extra.get("timing_cache_path")
         if cache_path:
-            _load_timing_cache(config, log, str(cache_path), name)
+            _load_timing_cache(config, log, str(cache_path), name, logging.INFO if self.rtx else logging.WARNING)
 
         with log.capture() as cap, warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)

@@ -180,6 +180,10 @@ class EngineProvider:
         return eng, source
 
     def _from_cache_or_build(self, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
+        # TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans.
+        tag = f"{self.backend.version()}-{self._device_tag()}"
+        opts.extra["timing_cache_path"] = self.cache.path(f"timing/{tag}.cache")
+        opts.extra["runtime_cache_path"] = self.cache.path(f"runtime/{tag}.cache")
         entry = self.cache.get(key)
         if entry is not None:
             try:
@@ -190,9 +194,6 @@ class EngineProvider:
             except EngineBuildError as exc:
                 logger.warning("%s: stored engine %s could not be loaded (%s); rebuilding", job.name, key[:12], exc)
         opts.extra["keep_artifacts"] = True
-        if hasattr(self.cache, "path"):
-            opts.extra["timing_cache_path"] = self.cache.path(f"timing/{self.backend.version()}-{self._device_tag()}.cache")
-            opts.extra["runtime_cache_path"] = self.cache.path(f"runtime/{self.backend.version()}-{self._device_tag()}.cache")
         eng = self._build(job, opts)
         tmp = tempfile.mkdtemp(prefix="mx_trt_store_")
         try:
@@ -201,7 +202,9 @@ class EngineProvider:
             self.cache.put(key, {"engine": meta, "subgraph": job.name}, files)
         except NotImplementedError as exc:
             logger.debug("%s: engine not cached: %s", job.name, exc)
-        except (CacheError, OSError) as exc:
+        except CacheError:
+            pass  # put() has logged why; the engine is used without being stored
+        except OSError as exc:
             logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -120,6 +120,38 @@ def _dtype_name(arr: Any) -> str:
 _FusedOp: Any = None
 
 
+def _plan_buffers(in_data: List[Any], out_data: List[Any], req: List[str], dev: int, scratch: Dict[int, Any],
+                  alloc: Callable[[Tuple[int, ...], str], Tuple[Any, int]]) -> Tuple[List[Buffer], List[Buffer], List[Tuple[int, str]]]:
+    """The engine's buffers for one forward, honouring ``req``.
+
+    ``write``/``inplace`` outputs are MXNet's own memory (zero copy). ``add``,
+    ``null`` and an output aliasing an input go to a scratch array from
+    ``scratch`` (made by ``alloc(shape, dtype) -> (array, address)`` when missing
+    or of another shape); those come back in the third list as ``(index, req)``
+    for the caller to add or copy after the run.
+    """
+    ins = [Buffer(data_ptr(a), tuple(a.shape), _dtype_name(a), dev) for a in in_data]
+    in_ptrs = {b.ptr for b in ins}
+    outs: List[Buffer] = []
+    post: List[Tuple[int, str]] = []
+    for i, (a, r) in enumerate(zip(out_data, req)):
+        shape, dt, ptr = tuple(a.shape), _dtype_name(a), data_ptr(a)
+        if r in ("write", "inplace") and ptr not in in_ptrs:
+            outs.append(Buffer(ptr, shape, dt, dev))
+            continue
+        have = scratch.get(i)
+        if have is None or tuple(have[0].shape) != shape or _dtype_name(have[0]) != dt:
+            have = scratch[i] = alloc(shape, dt)
+        outs.append(Buffer(have[1], shape, dt, dev))
+        post.append((i, r))
+    return ins, outs, post
+
+
+def _host_alloc(shape: Tuple[int, ...], dtype: str) -> Tuple[Any, int]:
+    buf = np.empty(shape, dtype=dtype)
+    return buf, int(buf.ctypes.data)
+
+
 def _register() -> None:
     global _FusedOp
     import mxnet as mx
@@ -128,31 +160,11 @@ def _register() -> None:
         def __init__(self, fused: FusedEngine) -> None:
             super().__init__()
             self.fused = fused
-            self.scratch: Dict[int, np.ndarray] = {}
+            self.scratch: Dict[int, Tuple[np.ndarray, int]] = {}
 
         def forward(self, is_train: bool, req: List[str], in_data: List[Any], out_data: List[Any], aux: List[Any]) -> None:
             fused = self.fused
-            dev = -1
-            ins = []
-            for a in in_data:
-                ins.append(Buffer(data_ptr(a), tuple(a.shape), _dtype_name(a), dev))
-            in_ptrs = {b.ptr for b in ins}
-            outs: List[Buffer] = []
-            post: List[Tuple[int, str]] = []
-            for i, (a, r) in enumerate(zip(out_data, req)):
-                shape = tuple(a.shape)
-                dt = _dtype_name(a)
-                ptr = data_ptr(a)
-                if r in ("write", "inplace") and ptr not in in_ptrs:
-                    outs.append(Buffer(ptr, shape, dt, dev))
-                    continue
-                # add / null / aliasing an input: run into scratch first.
-                buf = self.scratch.get(i)
-                if buf is None or buf.shape != shape or buf.dtype != np.dtype(dt):
-                    buf = np.empty(shape, dtype=dt)
-                    self.scratch[i] = buf
-                outs.append(Buffer(buf.ctypes.data, shape, dt, dev))
-                post.append((i, r))
+            ins, outs, post = _plan_buffers(in_data, out_data, req, -1, self.scratch, _host_alloc)
             with fused.lock:
                 fused.engine.run(ins, outs)
                 fused.run_count += 1
@@ -161,9 +173,9 @@ def _register() -> None:
                     continue
                 dst = _host_view(data_ptr(out_data[i]), tuple(out_data[i].shape), _dtype_name(out_data[i]))
                 if r == "add":
-                    dst += self.scratch[i]
+                    dst += self.scratch[i][0]
                 else:
-                    dst[...] = self.scratch[i]
+                    dst[...] = self.scratch[i][0]
 
         def backward(self, req: Any, out_grad: Any, in_data: Any, out_data: Any, in_grad: Any, aux: Any) -> None:
             raise MxTrtError("mx_trt fused nodes are inference-only; bind with grad_req='null'")
@@ -228,28 +240,16 @@ def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
                 self.fused = fused
                 self.ctx = ctx
                 self.runner: Any = None
-                self.scratch: Dict[int, Any] = {}
+                self.scratch: Dict[int, Tuple[Any, int]] = {}
+
+            def _device_alloc(self, shape: Tuple[int, ...], dtype: str) -> Tuple[Any, int]:
+                buf = mx.nd.empty(shape, ctx=self.ctx, dtype=dtype)
+                return buf, data_ptr(buf)
 
             def forward(self, is_train: bool, req: List[str], in_data: List[Any], out_data: List[Any], aux: List[Any]) -> None:
                 fused = self.fused
-                dev = int(self.ctx.device_id)
-                ins = [Buffer(data_ptr(a), tuple(a.shape), _dtype_name(a), dev) for a in in_data]
-                in_ptrs = {b.ptr for b in ins}
-                outs: List[Buffer] = []
-                post: List[Tuple[int, str]] = []
-                for i, (a, r) in enumerate(zip(out_data, req)):
-                    shape = tuple(a.shape)
-                    dt = _dtype_name(a)
-                    ptr = data_ptr(a)
-                    if r in ("write", "inplace") and ptr not in in_ptrs:
-                        outs.append(Buffer(ptr, shape, dt, dev))
-                        continue
-                    buf = self.scratch.get(i)
-                    if buf is None or tuple(buf.shape) != shape or _dtype_name(buf) != dt:
-                        buf = mx.nd.empty(shape, ctx=self.ctx, dtype=dt)
-                        self.scratch[i] = buf
-                    outs.append(Buffer(data_ptr(buf), shape, dt, dev))
-                    post.append((i, r))
+                ins, outs, post = _plan_buffers(in_data, out_data, req, int(self.ctx.device_id), self.scratch,
+                                                self._device_alloc)
                 with fused.lock:
                     # A reshape outside the profiles may have replaced the engine.
                     if self.runner is None or self.runner.engine is not fused.engine:
@@ -263,7 +263,7 @@ def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
                 # results; MXNet's own ops (ordered by its engine) add or copy them.
                 for i, r in post:
                     if r != "null":
-                        self.assign(out_data[i], "add" if r == "add" else "write", self.scratch[i])
+                        self.assign(out_data[i], "add" if r == "add" else "write", self.scratch[i][0])
 
             def backward(self, req: Any, out_grad: Any, in_data: Any, out_data: Any, in_grad: Any, aux: Any) -> None:
                 raise MxTrtError("mx_trt fused nodes are inference-only; bind with grad_req='null'")

@@ -29,12 +29,13 @@ from .errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from .export import export_model, load
 from .hook import install as _install
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "bind_info", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt", "init_tensorrt_params",
+    "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt", "init_tensorrt_params",
     "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles", "get_optimization_profiles",
     "BackendUnavailableError", "CacheError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",

@@ -296,8 +296,11 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
             engine_ms += measure(engine.run, runs // 10, warm)
             noop_ms += measure(forward_fn(nexe), runs // 10, warm)
         f, e, n = (statistics.median(v) * 1e3 for v in (fused_ms, engine_ms, noop_ms))
-        rows.append({"case": label, "fused_forward_us": f, "engine_run_us": e, "overhead_us": f - e,
-                     "noop_custom_op_us": n, "overhead_over_noop": (f - e) / n if n else None})
+        fb, eb, nb = (min(v) * 1e3 for v in (fused_ms, engine_ms, noop_ms))
+        rows.append({"case": label, "runs": len(fused_ms), "fused_forward_us": f, "engine_run_us": e,
+                     "overhead_us": f - e, "noop_custom_op_us": n, "overhead_over_noop": (f - e) / n if n else None,
+                     "best": {"fused_forward_us": fb, "engine_run_us": eb, "overhead_us": fb - eb,
+                              "noop_custom_op_us": nb}})
         logger.info("fused node %s: forward %.1f us, engine %.1f us, no-op custom op %.1f us", label, f, e, n)
         del exe, info, engine, nexe
     return rows
@@ -381,10 +384,13 @@ def render_tables(res: Dict[str, Any]) -> str:
             out.append(f"pending: {b['pending']}")
         out.append("")
     if res.get("fused_node"):
-        out.append("Cost of one fused node (median; overhead = fused forward - engine run)")
-        rows = [[r["case"], f"{r['fused_forward_us']:.1f}", f"{r['engine_run_us']:.1f}", f"{r['overhead_us']:.1f}",
-                 f"{r['noop_custom_op_us']:.1f}", f"{r['overhead_over_noop']:.2f}"] for r in res["fused_node"]]
-        out.append(_table(["case", "fused fwd us", "engine us", "overhead us", "no-op custom op us", "overhead/no-op"],
+        out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")
+        rows = [[r["case"], f"{r['fused_forward_us']:.1f} ({r['best']['fused_forward_us']:.1f})",
+                 f"{r['engine_run_us']:.1f} ({r['best']['engine_run_us']:.1f})",
+                 f"{r['overhead_us']:.1f} ({r['best']['overhead_us']:.1f})",
+                 f"{r['noop_custom_op_us']:.1f} ({r['best']['noop_custom_op_us']:.1f})",
+                 f"{r['overhead_over_noop']:.2f}"] for r in res["fused_node"]]
+        out.append(_table(["case", "fused forward", "engine run", "overhead", "no-op custom op", "overhead/no-op"],
                           rows))
         out.append("")
     if res.get("end_to_end"):
@@ -401,10 +407,13 @@ def render_tables(res: Dict[str, Any]) -> str:
                 f"{r['accelerated']['median_ms']:.1f} ({r['accelerated']['throughput']:.0f})",
                 f"{whole['median_ms']:.1f} ({whole['throughput']:.0f})" if whole else "-",
                 f"{aw:.3f}" + ("" if aw <= TARGET_ACCEL_OVER_WHOLE else " !") if aw else "-",
+                f"{ratios['accelerated/whole_model_best']:.3f}" if ratios.get("accelerated/whole_model_best") else "-",
                 f"{ratios['native/accelerated']:.2f}",
             ])
-        out.append(_table(["model", "batch", "native", "accelerated", "whole model", "accel/whole", "native/accel"],
-                          rows, right_from=1))
+        out.append(_table(["model", "batch", "native", "accelerated", "whole model", "accel/whole",
+                           "best-run accel/whole", "native/accel"], rows, right_from=1))
+        out.append("! above the target. best-run ratio: fastest accelerated run over fastest whole-model run, "
+                   "the least disturbed by other processes")
         out.append("")
     return "\n".join(out)
 
@@ -464,7 +473,7 @@ def plot(res: Dict[str, Any], path: str) -> bool:
     ax = axes[1][1]
     e2e = res.get("end_to_end") or []
     if e2e:
-        labels = [f"{r['model']}\nb{r['batch']}" for r in e2e]
+        labels = [f"{r['model']} b{r['batch']}" for r in e2e]
         idx = np.arange(len(e2e))
         acc = [r["accelerated"]["median_ms"] for r in e2e]
         nat = [r["native"]["median_ms"] / a for r, a in zip(e2e, acc)]
@@ -476,7 +485,8 @@ def plot(res: Dict[str, Any], path: str) -> bool:
         ax.set_xticks(idx, labels, fontsize=7, rotation=45, ha="right")
         ax.set_ylabel("latency relative to accelerated")
         ax.set_title("End to end (median latency / accelerated)")
-        ax.legend(fontsize=8)
+        ax.set_ylim(0, max(nat + whole + [1.0]) * 1.35)
+        ax.legend(fontsize=8, loc="upper center", ncol=2)
     machine = res.get("machine", {})
     fig.suptitle(f"mx_trt benchmarks - {machine.get('cpus', '?')} CPUs, {machine.get('backend', '')}, "
                  f"{res.get('date', '')}", fontsize=11)
@@ -486,11 +496,47 @@ def plot(res: Dict[str, Any], path: str) -> bool:
     return True
 
 
+README = os.path.join(ROOT, "benchmarks", "README.md")
+
+
+def update_readme(res: Dict[str, Any], png: Optional[str], block_name: str) -> None:
+    """Put the tables (and a copy of the plot) between the ``block_name`` markers of benchmarks/README.md.
+
+    The plot is copied to ``benchmarks/<block_name>.png``.
+    """
+    import shutil
+
+    start, end = f"<!-- {block_name}:start -->", f"<!-- {block_name}:end -->"
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    if start not in text or end not in text:
+        raise SystemExit(f"{README} has no {start} ... {end} block")
+    m = res["machine"]
+    block = [start, "",
+             f"Measured {res['date']} with `{res['command']}` ({res['seconds']:.0f} s): {m['cpus']} CPUs, "
+             f"{m['platform']}, Python {m['python']}, MXNet {m['mxnet']}, {m['backend']}; "
+             f"threads per library: {m['threads']}; "
+             f"1-minute load average before/after: {m['loadavg_before_after'][0]}/{m['loadavg_before_after'][1]}.",
+             ""]
+    if png:
+        shutil.copyfile(png, os.path.join(ROOT, "benchmarks", f"{block_name}.png"))
+        block += [f"![{block_name}]({block_name}.png)", ""]
+    block += ["```", render_tables(res).rstrip(), "```", "", end]
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    with open(README, "w", encoding="utf-8") as f:
+        f.write(head + "\n".join(block) + tail)
+
+
 def machine_info() -> Dict[str, Any]:
     import mxnet as mx
 
     info: Dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                            "cpus": os.cpu_count(), "mxnet": mx.__version__}
+                            "cpus": os.cpu_count(), "mxnet": mx.__version__,
+                            "threads": os.environ.get("OMP_NUM_THREADS", "default")
+                            if os.environ.get("OMP_NUM_THREADS") == os.environ.get("MXNET_TENSORRT_ORT_THREADS")
+                            else f"MXNet {os.environ.get('OMP_NUM_THREADS', 'default')}, "
+                                 f"ONNX Runtime {os.environ.get('MXNET_TENSORRT_ORT_THREADS', 'default')}"}
     try:
         import onnxruntime
 
@@ -511,7 +557,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="comma-separated sections to run")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for MXNet (OMP_NUM_THREADS) and each ONNX Runtime engine "
+                         "(MXNET_TENSORRT_ORT_THREADS); default: the libraries' own")
+    ap.add_argument("--update-readme", metavar="BLOCK", nargs="?", const="latest", default=None,
+                    help="write the tables into the BLOCK markers of benchmarks/README.md (default block: latest) "
+                         "and copy the plot to benchmarks/BLOCK.png")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        if "mxnet" in sys.modules:
+            raise SystemExit("--threads must be set before mxnet is imported")
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MXNET_TENSORRT_ORT_THREADS"):
+            os.environ[var] = str(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     logging.getLogger("mx_trt").setLevel(logging.WARNING)
     logging.getLogger("passes").setLevel(logging.WARNING)
@@ -522,6 +579,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     res: Dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
                            "command": " ".join(["python benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
                            "machine": machine_info()}
+    load_before = os.getloadavg()[0]  # other processes on the machine skew the timings
     t0 = time.perf_counter()
     if "partition" in only:
         sizes = (1_000, 10_000) if args.quick else SIZES
@@ -536,12 +594,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         batches = (1,) if args.quick else BATCHES
         res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
     res["seconds"] = time.perf_counter() - t0
+    res["machine"]["loadavg_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     json_path = os.path.join(args.out, "results.json")
     with open(json_path, "w") as f:
         json.dump(res, f, indent=2)
     png_path = os.path.join(args.out, "results.png")
     wrote_png = plot(res, png_path)
     print(render_tables(res))
+    if args.update_readme:
+        update_readme(res, png_path if wrote_png else None, args.update_readme)
+        print(f"updated {README}")
     print(f"wrote {json_path}" + (f" and {png_path}" if wrote_png else "") + f" in {res['seconds']:.0f} s")
     return 0
 

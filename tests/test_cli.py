@@ -160,9 +160,10 @@ def test_bench_json(models, capsys):
     r = data["results"][1]
     assert r["shapes"] == {"data": [2, 3, 8, 8]}
     for key in ("native", "accelerated"):
-        assert set(r[key]) == {"median_ms", "p90_ms", "mean_ms", "throughput", "runs"} and r[key]["runs"] == 2
+        assert set(r[key]) == {"median_ms", "min_ms", "p90_ms", "mean_ms", "throughput", "runs"} and r[key]["runs"] == 2
     assert r["whole_model"] is None and "1 of 6 operators stay native" in r["whole_model_note"]
     assert r["ratios"]["native/accelerated"] > 0 and r["ratios"]["accelerated/whole_model"] is None
+    assert r["ratios"]["accelerated/whole_model_best"] is None
     assert "batch 1: binding natively" in err  # progress as log lines when stderr is not a terminal
 
 

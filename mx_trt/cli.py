@@ -895,7 +895,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``mxtrt export``: optimized symbol, remaining params and engines, for ``mx_trt.export.load``."""
+    """``mxtrt export``: optimized symbol, remaining params and engines, for :func:`mx_trt.load`."""
     from .export import export_model
 
     if args.max_batch is not None and args.max_batch < 1:
@@ -919,7 +919,7 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"({manifest['backend_version']}, {manifest['device']}), inputs {_shapes_text(shapes)}")
         for name, why in manifest["native_failures"].items():
             print(f"  {name} stays native: {why}")
-        print(f"bind it with: mx_trt.export.load({outdir!r}, mx.{ctx.device_type}())")
+        print(f"bind it with: mx_trt.load({outdir!r}, mx.{ctx.device_type}())")
     return EXIT_OK
 
 
@@ -972,7 +972,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", parents=[common], help="compare accelerated outputs with native MXNet",
                        description="Bind natively and accelerated, run the same inputs, compare every output.")
-    p.add_argument("--input", metavar="FILE", help=".npy (single-input model) or .npz keyed by input name; "
+    p.add_argument("--input", "--inputs", dest="input", metavar="FILE", help=".npy (single-input model) or .npz keyed by input name; "
                    "default: seeded random inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (of max|native|); default by precision")
@@ -1003,7 +1003,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
                        description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
-                                   "params and the engines; mx_trt.export.load(OUTDIR, ctx) binds it again "
+                                   "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
                                    "without building anything.")
     p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
     p.add_argument("--max-batch", type=int, default=None, metavar="N",

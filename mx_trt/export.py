@@ -218,7 +218,7 @@ def read_manifest(directory: str) -> Dict[str, Any]:
 
 
 def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Any:
-    """Bind an export made by :func:`export_model` (``mxtrt export``) without building engines.
+    """Bind an export made by :func:`export_model` (``mxtrt export``) without building engines (``mx_trt.load``).
 
     Args:
         directory: The export folder.

@@ -298,7 +298,7 @@ def _native_outputs(prefix, x):
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_export_then_load_without_building(models, capsys, tmp_path, monkeypatch, dynamic):
-    from mx_trt.export import load
+    from mx_trt import load
 
     out = tmp_path / "exported"
     extra = ["--max-batch", "4"] if dynamic else []

@@ -735,7 +735,8 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     exe, info = bind_accelerated(ckpt, bshapes, ctx, settings, backend)
     bind_acc_s = time.perf_counter() - t
     run_executor(exe, feeds)
-    engine = WholeModelEngine.from_bind(info) if whole else None
+    # The direct run hands the engine host buffers: CPU engines only for now.
+    engine = WholeModelEngine.from_bind(info) if whole and ctx.device_type == "cpu" else None
     variants: Dict[str, Callable[[], None]] = {"native": forward_fn(native), "accelerated": forward_fn(exe)}
     if engine is not None:
         engine.set_inputs(feeds)
@@ -743,7 +744,8 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         note = "the accelerated executor's only engine, run directly on numpy buffers"
     else:
         progress.advance(bench_steps(runs, warmup))
-        note = "not measured" if not whole else f"not one engine: {whole_model_note(info)}"
+        note = ("not measured" if not whole else "measured on CPU contexts only" if ctx.device_type != "cpu"
+                else f"not one engine: {whole_model_note(info)}")
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in variants}
     for r in range(rounds):

@@ -6,7 +6,8 @@ Pipeline (one explicit list, run at every bind with the pass on)::
     support              per op: converter validator, exclude list, backend -> reason
     partition            maximal cycle-free subgraphs (passes.partition)
     check_acyclic        independent validator (passes.validate)
-    export + build       one ONNX model and one engine per subgraph; failures stay native
+    engines              per subgraph: reuse one from this process, load it from the
+                         plan cache, or export to ONNX and build; failures stay native
     fuse                 each subgraph becomes one fused node (passes.fuse)
     bind                 MXNet's own simple_bind on the optimized symbol
 """

@@ -139,7 +139,8 @@ def main(argv: List[str] | None = None) -> int:
     again = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
     warm_s = time.perf_counter() - t
     warm = mx_trt.bind_info(again)
-    cached = f"{warm.loads} engine(s) from the plan cache" if warm.loads else "plan cache off (MXNET_TENSORRT_CACHE_DIR empty)"
+    loads = warm.loads if warm is not None else 0
+    cached = f"{loads} engine(s) from the plan cache" if loads else "plan cache off (MXNET_TENSORRT_CACHE_DIR empty)"
     print(f"bind: native {results['native'][1]:.2f} s, mx_trt {results['mx_trt'][1]:.2f} s "
           f"({info.builds} built, {info.loads} loaded), mx_trt again {warm_s:.2f} s ({cached})")
     del again

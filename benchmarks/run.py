@@ -42,8 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Before mxnet is imported: its start-up hook must find this checkout's mx_trt.
@@ -52,6 +51,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
 import numpy as np  # noqa: E402
+
+from mx_trt.settings import env_override  # noqa: E402
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -118,24 +119,6 @@ def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List
 # ---------------------------------------------------------------------------
 
 
-@contextmanager
-def _env(**values: Optional[str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _forget_engines() -> None:
     """Drop engines kept for reuse in this process, so the next bind gets them from disk or builds them."""
     try:
@@ -144,15 +127,6 @@ def _forget_engines() -> None:
         return
     engines.clear_pool()
     gc.collect()
-
-
-def cache_supported() -> bool:
-    """Whether bind honours ``MXNET_TENSORRT_CACHE_DIR`` (``mx_trt.cache`` exists)."""
-    try:
-        import mx_trt.cache  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
@@ -193,26 +167,22 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
         logger.info("bind %s: %.3f s", label, leg["median_s"])
 
     timed("native", False)
-    with _env(MXNET_TENSORRT_CACHE_DIR=""):
+    with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
         timed("pass, no cache", True)
-    pending = None
-    if cache_supported():
-        with tempfile.TemporaryDirectory(prefix="mx_trt_bench_cache_") as tmp:
-            import shutil
+    with tempfile.TemporaryDirectory(prefix="mx_trt_bench_cache_") as tmp:
+        import shutil
 
-            def empty_cache() -> None:
-                shutil.rmtree(tmp, ignore_errors=True)
-                os.makedirs(tmp, exist_ok=True)
+        def empty_cache() -> None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp, exist_ok=True)
 
-            with _env(MXNET_TENSORRT_CACHE_DIR=tmp):
-                timed("pass, cold cache", True, empty_cache)
-                timed("pass, warm cache", True)
-    else:
-        pending = "mx_trt.cache is not available: the cold and warm cache legs are pending"
+        with env_override({"MXNET_TENSORRT_CACHE_DIR": tmp}):
+            timed("pass, cold cache", True, empty_cache)
+            timed("pass, warm cache", True)
     native = legs["native"]["median_s"]
     for leg in legs.values():
         leg["ratio_to_native"] = leg["median_s"] / native
-    return {"model": model, "shape": list(shape), "repeat": repeat, "legs": legs, "pending": pending}
+    return {"model": model, "shape": list(shape), "repeat": repeat, "legs": legs}
 
 
 # ---------------------------------------------------------------------------
@@ -275,7 +245,7 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
         args, aux = random_params(sym, {"data": shape})
         ckpt = Checkpoint(label, 0, sym, args, aux)
         data = np.random.RandomState(0).uniform(-1, 1, shape).astype("float32")
-        with _env(MXNET_TENSORRT_CACHE_DIR=""):
+        with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
             exe, info = bind_accelerated(ckpt, {"data": shape}, ctx, settings, backend)
         exe.arg_dict["data"][:] = data
         engine = WholeModelEngine.from_bind(info)
@@ -328,7 +298,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
             sym, args, aux, size = zoo_model(name)
             ckpt = cli.Checkpoint(name, 0, sym, args, aux)
             for b in batches:
-                with _env(MXNET_TENSORRT_CACHE_DIR=""):
+                with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
                     r = cli.bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs, warmup,
                                       progress)
                 _forget_engines()
@@ -380,8 +350,6 @@ def render_tables(res: Dict[str, Any]) -> str:
                  f"{v['timings'].get('export_build', 0):.3f}" if "timings" in v else "-"]
                 for k, v in b["legs"].items()]
         out.append(_table(["bind", "seconds", "/ native", "engines", "export+build s"], rows))
-        if b.get("pending"):
-            out.append(f"pending: {b['pending']}")
         out.append("")
     if res.get("fused_node"):
         out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")

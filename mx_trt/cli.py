@@ -16,7 +16,6 @@ that do not fit the model, an unknown input name), reported in one line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import glob
 import importlib
@@ -30,11 +29,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
 from .errors import MxTrtError, ShapeError
+from .settings import env_override
 
 #: Named explicitly: run as ``python -m mx_trt.cli`` the module is ``__main__``.
 logger = logging.getLogger("mx_trt.cli")
@@ -828,23 +828,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@contextlib.contextmanager
-def _env_override(name: str, value: Optional[str]) -> Iterator[None]:
-    """Set ``name`` for the block (``None``: leave it), restoring it after."""
-    if value is None:
-        yield
-        return
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def cmd_build(args: argparse.Namespace) -> int:
     """``mxtrt build``: build the engines ahead of time into the plan cache."""
     from . import engines
@@ -853,7 +836,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     batches = parse_batches(args.batch) if args.batch else None
     if args.max_batch is not None and args.max_batch < 1:
         raise UsageError("--max-batch must be >= 1")
-    with _env_override(ENV_DIR, os.path.abspath(args.cache_dir) if args.cache_dir else None):
+    with env_override({ENV_DIR: os.path.abspath(args.cache_dir)} if args.cache_dir else {}):
         try:
             cache = EngineCache.from_env()
         except MxTrtError as exc:
@@ -1060,7 +1043,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
     state = _setup_logging(args.verbose, args.quiet)
     # MXNet prints a line per native bind about its MKLDNN subgraph backend otherwise.
-    quiet_mxnet = _env_override("MXNET_SUBGRAPH_VERBOSE", None if "MXNET_SUBGRAPH_VERBOSE" in os.environ else "0")
+    quiet_mxnet = env_override({} if "MXNET_SUBGRAPH_VERBOSE" in os.environ else {"MXNET_SUBGRAPH_VERBOSE": "0"})
     try:
         with quiet_mxnet:
             return int(args.func(args))

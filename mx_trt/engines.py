@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from passes.ir import Entry, Graph

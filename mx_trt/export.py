@@ -20,14 +20,14 @@ reports the device or version difference when loading fails.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import MxTrtError, ShapeError
+from .settings import env_override
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +56,6 @@ class LoadedModel:
     manifest: Dict[str, Any]
     engines: List[Any] = field(default_factory=list)
     symbol: Any = None
-
-
-@contextlib.contextmanager
-def _env(values: Mapping[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
@@ -145,7 +131,7 @@ def export_model(
     # them so that every subgraph is built into (and stored in) the private cache.
     engines.clear_pool()
     try:
-        with _env({ENV_DIR: cache_dir, ENV_MAX_MB: "0"}):
+        with env_override({ENV_DIR: cache_dir, ENV_MAX_MB: "0"}):
             exe, info = bind_with_backend(sym, ctx, backend, settings, dict(params), dict(shapes))
     finally:
         engines.clear_pool()

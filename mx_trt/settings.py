@@ -4,11 +4,12 @@ Every variable is documented in README.md ("Environment variables").
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import MxTrtError
 
@@ -82,6 +83,29 @@ def get_use_fp16() -> bool:
     if _fp16_override is not None:
         return _fp16_override
     return _env_bool("MXNET_TENSORRT_USE_FP16", False)
+
+
+@contextlib.contextmanager
+def env_override(values: Mapping[str, Optional[str]]) -> Iterator[None]:
+    """Set environment variables for a block (``None`` unsets one), restoring them after.
+
+    Settings are read from the environment at every bind, so this scopes a bind's
+    settings. Not thread-safe: the environment is process-wide.
+    """
+    old = {k: os.environ.get(k) for k in values}
+
+    def apply(vals: Mapping[str, Optional[str]]) -> None:
+        for k, v in vals.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    apply(values)
+    try:
+        yield
+    finally:
+        apply(old)
 
 
 def _env_bool(name: str, default: bool) -> bool:

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple,
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Type)
 
 from ..errors import BackendUnavailableError, EngineBuildError, EngineRunError, MxTrtError, ShapeError

@@ -139,6 +139,12 @@ def analyze(
     if missing:
         raise ShapeError(f"cannot infer the shapes of {missing}: give their shapes to simple_bind or their values in shared_buffer")
     weights = {n.name for n in graph.nodes if n.is_variable and n.name in params and n.name not in shapes}
+    unset = sorted(n.name for n in graph.nodes if n.is_variable and n.name not in params and n.name not in shapes)
+    if unset:
+        # Not a weight and not a declared input: it can only be an input of whatever consumes it.
+        logger.warning("%s %s no value in shared_buffer and no shape given to simple_bind: kept as executor "
+                       "argument(s) that engines read at run time; set them through arg_dict or copy_params_from",
+                       ", ".join(unset), "has" if len(unset) == 1 else "have")
     reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
     part = partition(graph, reasons, settings.min_subgraph_size)
     check_acyclic(graph, [s.nodes for s in part.subgraphs])
@@ -370,7 +376,9 @@ def bind_with_backend(
     t3 = time.perf_counter()
     new_args = set(new_sym.list_arguments())
     new_aux = set(new_sym.list_auxiliary_states())
-    bind_shapes = {k: v for k, v in shapes.items() if k in new_args}
+    # Arguments nobody gave a shape for (weights missing from shared_buffer) keep the inferred one.
+    inferred = {n.name: graph.shapes[Entry(n.id, 0)] for n in graph.nodes if n.is_variable and Entry(n.id, 0) in graph.shapes}
+    bind_shapes = {k: shapes.get(k, inferred.get(k)) for k in new_args if k in shapes or (k not in params and k in inferred)}
     native_buf = {k: v for k, v in params.items() if k in new_args and k not in shapes and isinstance(v, mx.nd.NDArray)}
     tdict = {k: v for k, v in (type_dict or {}).items() if k in new_args}
     exe = hook.original_simple_bind()(new_sym, ctx, grad_req="null", type_dict=tdict or None,

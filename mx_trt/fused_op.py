@@ -204,7 +204,10 @@ def _register() -> None:
             return list(self.fused.output_names)
 
         def infer_shape(self, in_shape: List[Any]) -> Tuple[List[Any], List[Any], List[Any]]:
-            shapes = [tuple(int(d) for d in s) for s in in_shape]
+            # An input MXNet could not infer (a weight left out of shared_buffer) takes the
+            # engine's bound shape, so the executor can allocate it.
+            shapes = [tuple(int(d) for d in s) if len(s) and all(int(d) > 0 for d in s) else t.shape
+                      for s, t in zip(in_shape, self.fused.engine.inputs)]
             outs = self.fused.output_shapes(shapes)
             return [list(s) for s in shapes], [list(s) for s in outs], []
 

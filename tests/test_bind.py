@@ -272,3 +272,21 @@ def test_fused_operator_honours_req(req, monkeypatch):
     op.forward(False, [req], [x], [out], [])
     expect = {"write": got[0], "inplace": got[0], "add": got[0] + 1, "null": np.ones_like(got[0])}[req]
     np.testing.assert_allclose(out.asnumpy(), expect, rtol=RTOL, atol=ATOL)
+
+
+def test_weight_missing_from_shared_buffer_is_a_logged_runtime_input(monkeypatch, caplog):
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=3, name="fc")
+    args, aux = random_params(s, SHAPES)
+    partial = {k: v for k, v in args.items() if k != "fc_weight"}
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**partial, **aux}, **SHAPES)
+    assert any("fc_weight has no value in shared_buffer" in r.getMessage() for r in caplog.records)
+    assert sorted(exe.arg_dict) == ["data", "fc_weight"]
+    # Set later, it is read by the engine at run time: results match MXNet.
+    x = random_inputs(SHAPES)["data"]
+    exe.arg_dict["fc_weight"][:] = args["fc_weight"]
+    exe.arg_dict["data"][:] = x
+    exe.forward(is_train=False)
+    _, ref = bind(s, SHAPES, args, aux, {"data": x}, False, monkeypatch)
+    np.testing.assert_allclose(exe.outputs[0].asnumpy(), ref[0], rtol=RTOL, atol=ATOL)

@@ -29,7 +29,7 @@ from passes.validate import check_acyclic
 
 from . import hook
 from .backends import Backend, select_backend
-from .converters.registry import check as check_op
+from .converters.registry import FLOAT_DTYPES, check as check_op
 from .errors import BackendUnavailableError, MxTrtError, ParamMismatchError, ShapeError
 from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
 from .graph_import import graph_to_json, symbol_to_graph
@@ -41,7 +41,8 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = ("float32", "float16")
+#: Engine inputs and outputs: float tensors only (index inputs excepted, below).
+SUPPORTED_DTYPES = FLOAT_DTYPES
 
 
 @dataclass

@@ -318,7 +318,3 @@ def make_operator(fused: FusedEngine) -> Any:
     """A fused operator instance (what MXNet creates per executor), for direct calls."""
     ensure_registered()
     return _FusedOp(fused)
-
-
-def find(key: str) -> Optional[FusedEngine]:
-    return _ENGINES.get(key)

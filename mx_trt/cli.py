@@ -844,11 +844,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if cache is None:
             raise UsageError(f"the plan cache is disabled ({ENV_DIR} is empty): set it or pass --cache-dir DIR")
         ckpt, shapes, _ = _load(args)
-        settings = settings_from_env(args.fp16)
-        if args.max_batch is not None:
-            settings = dataclasses.replace(settings, max_batch_size=args.max_batch)
-        ctx = parse_ctx(args.ctx)
-        backend = backend_for(ctx, settings)
+        settings, ctx, backend = _build_setup(args)
         if batches is None:
             first = next(iter(shapes.values()), None)
             batches = [first[0] if first else 1]
@@ -879,6 +875,15 @@ def cmd_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _build_setup(args: argparse.Namespace) -> Tuple[Any, Any, Any]:
+    """Settings (``--fp16``, ``--max-batch``), context and backend for ``build`` and ``export``."""
+    settings = settings_from_env(args.fp16)
+    if args.max_batch is not None:
+        settings = dataclasses.replace(settings, max_batch_size=args.max_batch)
+    ctx = parse_ctx(args.ctx)
+    return settings, ctx, backend_for(ctx, settings)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """``mxtrt export``: optimized symbol, remaining params and engines, for :func:`mx_trt.load`."""
     from .export import export_model
@@ -891,11 +896,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if os.path.isdir(outdir) and os.listdir(outdir) and not args.force:
         raise UsageError(f"{outdir} is not empty (use --force to replace an earlier export)")
     ckpt, shapes, _ = _load(args)
-    settings = settings_from_env(args.fp16)
-    if args.max_batch is not None:
-        settings = dataclasses.replace(settings, max_batch_size=args.max_batch)
-    ctx = parse_ctx(args.ctx)
-    backend = backend_for(ctx, settings)
+    settings, ctx, backend = _build_setup(args)
     manifest = export_model(ckpt.symbol, ctx, ckpt.params, shapes, outdir, settings, backend, overwrite=args.force)
     if args.json:
         print(json.dumps(manifest, indent=2))

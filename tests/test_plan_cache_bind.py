@@ -35,13 +35,19 @@ def entries(cache_dir):
     return [d for root, dirs, files in os.walk(cache_dir) for d in files if d == "meta.json"]
 
 
-def test_warm_cache_loads_instead_of_building(monkeypatch, tmp_path):
+def _setup(monkeypatch, tmp_path):
+    """Pass on, a fresh plan cache, a small CNN with seeded weights and an input."""
     cache_dir = tmp_path / "c"
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
     sym = cnn()
     args, aux = random_params(sym, SHAPES)
     x = np.random.RandomState(0).uniform(-1, 1, SHAPES["data"]).astype("float32")
+    return cache_dir, sym, args, aux, x
+
+
+def test_warm_cache_loads_instead_of_building(monkeypatch, tmp_path):
+    cache_dir, sym, args, aux, x = _setup(monkeypatch, tmp_path)
     e1, out1 = bind(sym, args, aux, x)
     assert (mx_trt.bind_info(e1).builds, mx_trt.bind_info(e1).loads) == (1, 0)
     assert len(entries(cache_dir)) == 1
@@ -77,12 +83,7 @@ def test_precision_and_shape_are_part_of_the_key(monkeypatch, tmp_path):
 
 
 def test_corrupt_entry_is_rebuilt_with_a_warning(monkeypatch, tmp_path, caplog):
-    cache_dir = tmp_path / "c"
-    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
-    sym = cnn()
-    args, aux = random_params(sym, SHAPES)
-    x = np.random.RandomState(0).uniform(-1, 1, SHAPES["data"]).astype("float32")
+    cache_dir, sym, args, aux, x = _setup(monkeypatch, tmp_path)
     _, good = bind(sym, args, aux, x)
     # Truncate the stored engine.
     stored = [os.path.join(r, f) for r, _, fs in os.walk(cache_dir) for f in fs if f.startswith("model")]

@@ -133,7 +133,12 @@ class EngineProvider:
         self.loads = 0
         self.reuses = 0
 
-    def _parts(self, job: SubgraphJob, with_ranges: bool) -> Dict[str, Any]:
+    def _keys(self, job: SubgraphJob) -> Tuple[str, str]:
+        """(pool key, plan-cache key). The pool key leaves out the bound batch and the
+        profiles, so an engine whose profile covers a new bind is found; the plan-cache
+        key is exact."""
+        from .cache import make_key
+
         parts: Dict[str, Any] = {
             "format": KEY_FORMAT,
             "converters": converter_fingerprint(),
@@ -142,10 +147,9 @@ class EngineProvider:
             "backend": self.backend.version(),
             "device": self.backend.device_signature(self.device_id),
         }
-        if with_ranges:
-            parts["bound"] = [list(job.graph.shapes[e]) for e in job.inputs]
-            parts["batch_ranges"] = [list(r) for r in job.batch_ranges]
-        return parts
+        exact = dict(parts, bound=[list(job.graph.shapes[e]) for e in job.inputs],
+                     batch_ranges=[list(r) for r in job.batch_ranges])
+        return make_key(parts), make_key(exact)
 
     def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
         """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
@@ -153,10 +157,8 @@ class EngineProvider:
         Raises:
             EngineBuildError, ConversionError, MissingWeightError: the build failed.
         """
-        from .cache import make_key
-
         batch = job.graph.shapes[job.inputs[0]][0] if job.inputs and job.graph.shapes[job.inputs[0]] else None
-        pool_key = make_key(self._parts(job, with_ranges=False))
+        pool_key, key = self._keys(job)
         with _pool_lock:
             for eng in list(_pool.get(pool_key, ())):
                 if batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
@@ -164,7 +166,6 @@ class EngineProvider:
                     logger.info("%s: reusing an engine built earlier in this process (profiles %s)", job.name,
                                 eng.batch_ranges or "static")
                     return eng, "memory"
-        key = make_key(self._parts(job, with_ranges=True))
         opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
                             extra={"batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:

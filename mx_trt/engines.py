@@ -43,13 +43,14 @@ KEY_FORMAT = 1
 
 @functools.lru_cache(maxsize=1)
 def converter_fingerprint() -> str:
-    """sha256 of the code that decides what an exported subgraph looks like."""
+    """sha256 of the code that decides what an exported subgraph and its engine look like."""
     from . import __version__
 
     root = os.path.dirname(os.path.abspath(__file__))
-    files = [os.path.join(root, "onnx_export.py"), os.path.join(root, "precision.py")]
-    conv = os.path.join(root, "converters")
-    files += sorted(os.path.join(conv, f) for f in os.listdir(conv) if f.endswith(".py"))
+    files = [os.path.join(root, f) for f in ("onnx_export.py", "precision.py", "profiles.py")]
+    for sub in ("converters", "backends"):
+        d = os.path.join(root, sub)
+        files += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py"))
     h = hashlib.sha256(__version__.encode())
     for f in files:
         with open(f, "rb") as fh:

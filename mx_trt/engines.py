@@ -5,7 +5,7 @@ subgraph (node names, ops, attributes, wiring), the shapes and dtypes at its
 boundary, the sha256 of every weight baked into it, the precision, the batch
 profiles, the backend and its version, the device (compute capability, or CPU
 model for ONNX Runtime's optimized models), and a fingerprint of mx_trt's own
-converters. A changed weight, shape, precision, library or device never reuses
+converter, export and backend code. A changed weight, shape, precision, library or device never reuses
 a stale engine.
 
 Lookup order for one subgraph:

@@ -188,6 +188,10 @@ class _LazyWeights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._names)
 
+    def release(self) -> None:
+        """Drop the numpy copies made so far."""
+        self._done.clear()
+
 
 @dataclass
 class BindInfo:
@@ -365,6 +369,7 @@ def bind_with_backend(
             fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings, ranges, digests_all)
         built.append((sg, fused))
     progress.done()
+    weights_np.release()  # engines hold their own copies; a later rebuild converts again
     timings["export_build"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()

@@ -370,36 +370,27 @@ def test_output_shape_disagreement_names_the_mxnet_node(rtx):
         build(ex)
 
 
-RESTRICTIONS = [
-    # (id, symbol on x, shape of x, TensorRT cannot take it)
-    ("softmax_1d", lambda x: mx.sym.softmax(x * 2, name="op"), (7,), True),
-    ("log_softmax_1d", lambda x: mx.sym.log_softmax(x * 2, name="op"), (7,), True),
-    ("argmax_1d", lambda x: mx.sym.argmax(x * 2, axis=0, name="op"), (7,), True),
-    ("argmax_global", lambda x: mx.sym.argmax(x * 2, name="op"), (3, 4), True),
-    ("argmin_global", lambda x: mx.sym.argmin(x * 2, keepdims=True, name="op"), (3, 4), True),
-    ("softmax_2d", lambda x: mx.sym.softmax(x * 2, name="op"), (3, 4), False),
-    ("argmax_axis", lambda x: mx.sym.argmax(x * 2, axis=1, name="op"), (3, 4), False),
+NEEDS_2D_VIEW = [
+    # TensorRT's Softmax and ArgMax/ArgMin take rank >= 2: the converters run these on a (1, n) view.
+    ("softmax_1d", lambda x: mx.sym.softmax(x * 2, name="op"), (7,)),
+    ("log_softmax_1d", lambda x: mx.sym.log_softmax(x * 2, name="op"), (7,)),
+    ("softmax_activation_1d", lambda x: mx.sym.SoftmaxActivation(x * 2, name="op"), (7,)),
+    ("argmax_1d", lambda x: mx.sym.argmax(x * 2, axis=0, name="op"), (7,)),
+    ("argmax_global", lambda x: mx.sym.argmax(x * 2, name="op"), (3, 4)),
+    ("argmin_global", lambda x: mx.sym.argmin(x * 2, keepdims=True, name="op"), (3, 4)),
+    ("softmax_2d", lambda x: mx.sym.softmax(x * 2, name="op"), (3, 4)),
+    ("argmax_axis", lambda x: mx.sym.argmax(x * 2, axis=1, name="op"), (3, 4)),
 ]
 
 
-@pytest.mark.parametrize("make, shape, restricted", [r[1:] for r in RESTRICTIONS], ids=[r[0] for r in RESTRICTIONS])
-def test_trt_restrictions_match_what_the_parser_rejects(rtx, make, shape, restricted):
-    """supports() keeps exactly the ops TensorRT-RTX rejects native; a pass here means a stale restriction."""
-    from mx_trt.onnx_export import op_spec
-
+@pytest.mark.parametrize("make, shape", [r[1:] for r in NEEDS_2D_VIEW], ids=[r[0] for r in NEEDS_2D_VIEW])
+def test_rank_one_softmax_and_global_argmax_build(rtx, make, shape):
+    """The shapes TensorRT's parser rejected as 1-D ops now convert to a form it builds, and stay in the engine."""
     sym = make(mx.sym.var("x"))
-    plan = analyze(sym, {"x": shape}, {}, Settings(), None)
-    nid = next(n.id for n in plan.graph.nodes if n.name == "op")
-    reason = TensorRTRTXBackend().supports(op_spec(plan.graph, nid, {}))
-    assert (reason is not None) == restricted, reason
+    plan = analyze(sym, {"x": shape}, {}, Settings(), TensorRTRTXBackend())
+    assert plan.partition.native == {}
     (ex,) = export_all(sym, {"x": shape})
-    if restricted:
-        with pytest.raises(EngineBuildError, match="from MXNet node 'op'"):
-            build(ex)
-        native = analyze(sym, {"x": shape}, {}, Settings(), TensorRTRTXBackend()).partition.native
-        assert reason in native.values()
-    else:
-        assert build(ex).plan
+    assert build(ex).plan
 
 
 # --------------------------------------------------------------------------- TensorRT-RTX builds (no device needed)

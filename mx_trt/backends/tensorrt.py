@@ -46,7 +46,6 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping,
 
 from ..errors import BackendUnavailableError, EngineBuildError, EngineRunError, MxTrtError, ShapeError
 from . import cuda
-from ..converters.registry import OpSpec
 from .base import Backend, Buffer, BuildOptions, Engine, Shape, TensorSpec
 
 if TYPE_CHECKING:
@@ -876,30 +875,6 @@ class TrtRunner:
 
 # --------------------------------------------------------------------------- backend
 
-#: MXNet ops converted to ONNX Softmax / LogSoftmax, which TensorRT takes only on 2-D or larger inputs.
-_SOFTMAX_OPS = frozenset({"softmax", "_npx_softmax", "log_softmax", "_npx_log_softmax", "SoftmaxOutput", "Softmax",
-                          "SoftmaxActivation"})
-#: MXNet ops converted to ONNX ArgMax / ArgMin (TensorRT's TopK): 2-D or larger inputs only.
-_ARG_OPS = frozenset({"argmax", "argmin", "argmax_channel"})
-
-
-def trt_restriction(spec: OpSpec) -> Optional[str]:
-    """Why TensorRT cannot take an op its converter accepts, or ``None``.
-
-    Found by building every converter test's export with TensorRT-RTX's parser;
-    tests/test_tensorrt_backend.py checks that each still fails to build.
-    """
-    rank = len(spec.in_shapes[0]) if spec.in_shapes and spec.in_shapes[0] is not None else None
-    if spec.op in _SOFTMAX_OPS and rank is not None and rank < 2:
-        return f"TensorRT's softmax needs an input with at least 2 dimensions, this one has {rank}"
-    if spec.op in _ARG_OPS and rank is not None:
-        if rank < 2:
-            return f"TensorRT's ArgMax/ArgMin needs an input with at least 2 dimensions, this one has {rank}"
-        if spec.op != "argmax_channel" and spec.int_("axis") is None:
-            return "a global (axis=None) argmax/argmin searches the flattened 1-D input, which TensorRT's ArgMax/ArgMin cannot take"
-    return None
-
-
 class TensorRTBackend(Backend):
     """TensorRT 10+ (``import tensorrt``). Subclasses name another module with the same API."""
 
@@ -950,10 +925,6 @@ class TensorRTBackend(Backend):
     @classmethod
     def _device_reason(cls, mod: Any) -> Optional[str]:
         return None
-
-    def supports(self, spec: OpSpec) -> Optional[str]:
-        """TensorRT's own limits on ops the converters accept (the op then stays in MXNet)."""
-        return trt_restriction(spec)
 
     def version(self) -> str:
         return f"{self.module_name}-{getattr(self.module(), '__version__', '?')}"

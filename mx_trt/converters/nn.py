@@ -221,7 +221,18 @@ def _softmax_like(ctx: ConvContext, op_type: str) -> None:
     if t is not None and t != 1.0:
         tc = ctx.const(np.asarray(t, dtype=np.dtype(spec.out_dtypes[0])), "temperature")
         x = ctx.emit("Div", [x, tc])[0]
-    ctx.emit(op_type, [x], ctx.outputs, axis=_int(spec, "axis", -1))
+    _softmax_nd(ctx, op_type, x, _int(spec, "axis", -1), ctx.outputs[0])
+
+
+def _softmax_nd(ctx: ConvContext, op_type: str, x: str, axis: int, out: str) -> None:
+    """``op_type`` (Softmax / LogSoftmax) over ``axis``; a 1-D input runs as a (1, n) view,
+    since TensorRT's softmax takes inputs of rank 2 or more."""
+    if len(ctx.spec.in_shapes[0]) != 1:
+        ctx.emit(op_type, [x], [out], axis=axis)
+        return
+    row = ctx.emit("Unsqueeze", [x, _int64s(ctx, [0], "row")])[0]
+    y = ctx.emit(op_type, [row], axis=1)[0]
+    ctx.emit("Squeeze", [y, _int64s(ctx, [0], "unrow")], [out])
 
 
 @register("softmax", "_npx_softmax", validator=_check_softmax)
@@ -254,7 +265,7 @@ def _softmax_output(ctx: ConvContext) -> None:
     """Inference output only (the label input is ignored): softmax over axis 1 with
     ``multi_output``, else over the last axis."""
     axis = 1 if ctx.spec.bool_("multi_output", False) else -1
-    ctx.emit("Softmax", ctx.inputs[:1], ctx.outputs, axis=axis)
+    _softmax_nd(ctx, "Softmax", ctx.inputs[0], axis, ctx.outputs[0])
 
 
 def _check_softmax_activation(spec: OpSpec) -> Optional[str]:
@@ -270,7 +281,7 @@ def _check_softmax_activation(spec: OpSpec) -> Optional[str]:
 def _softmax_activation(ctx: ConvContext) -> None:
     # 'instance' flattens to (prod(shape[:-1]), shape[-1]): a softmax over the last axis.
     axis = 1 if _str(ctx.spec, "mode", "instance") == "channel" else -1
-    ctx.emit("Softmax", ctx.inputs[:1], ctx.outputs, axis=axis)
+    _softmax_nd(ctx, "Softmax", ctx.inputs[0], axis, ctx.outputs[0])
 
 
 def _check_regression(spec: OpSpec) -> Optional[str]:

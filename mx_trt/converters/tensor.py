@@ -1339,13 +1339,13 @@ def _make_arg(onnx_op: str) -> Callable[[ConvContext], None]:
         oshape = tuple(ctx.spec.out_shapes[0])
         x = ctx.inputs[0]
         if ax is None:
-            if len(ctx.spec.in_shapes[0]) != 1:
-                x = _reshape(ctx, x, [int(np.prod(ctx.spec.in_shapes[0]))])
-            idx = ctx.emit(onnx_op, [x], axis=0, keepdims=1)[0]
+            # A global search runs on a (1, n) view: TensorRT's ArgMax/ArgMin needs rank >= 2.
+            x = _reshape(ctx, x, [1, int(np.prod(ctx.spec.in_shapes[0]))])
+            idx = ctx.emit(onnx_op, [x], axis=1, keepdims=1)[0]
         else:
             keep = ctx.spec.op != "argmax_channel" and ctx.spec.bool_("keepdims")
             idx = ctx.emit(onnx_op, [x], axis=ax, keepdims=int(keep))[0]
-        if ax is None and oshape != (1,):
+        if ax is None:
             f = _cast(ctx, idx, ctx.spec.out_dtypes[0])
             _reshape(ctx, f, oshape, ctx.outputs[0])
         else:

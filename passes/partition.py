@@ -468,6 +468,21 @@ class _ContractedDag:
 # ---------------------------------------------------------------------------
 
 
+def _push_neighbours(stack: List[int], v: int, preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]],
+                     supported: Sequence[bool], used: Sequence[bool]) -> None:
+    """Queue ``v``'s unused compatible neighbours for the growth's DFS.
+
+    Inputs are pushed last so that they are popped first (the design's priority to
+    inputs); an input is pushed as ``~p`` so the caller knows the edge direction.
+    """
+    for s in reversed(succs[v]):
+        if supported[s] and not used[s]:
+            stack.append(s)
+    for p in reversed(preds[v]):
+        if supported[p] and not used[p]:
+            stack.append(~p)
+
+
 def _grow(
     preds: Sequence[Sequence[int]],
     succs: Sequence[Sequence[int]],
@@ -492,12 +507,7 @@ def _grow(
     stack: List[int] = []  # v for an output of the subgraph, ~v for an input
 
     def push(v: int) -> None:
-        for s in reversed(succs[v]):
-            if supported[s] and not used[s]:
-                stack.append(s)
-        for p in reversed(preds[v]):
-            if supported[p] and not used[p]:
-                stack.append(~p)
+        _push_neighbours(stack, v, preds, succs, supported, used)
 
     for seed in range(n):
         if used[seed] or not supported[seed]:
@@ -816,12 +826,7 @@ def _literal_partition_reference(
                 if x not in counted_below:
                     counted_below.add(x)
                     excluded.update(above[x])
-            for s in reversed(succs[v]):
-                if supported[s] and not used[s]:
-                    stack.append(s)
-            for p in reversed(preds[v]):
-                if supported[p] and not used[p]:
-                    stack.append(~p)
+            _push_neighbours(stack, v, preds, succs, supported, used)
 
         add(seed)
         while stack:

@@ -18,11 +18,10 @@ weights and exporting them (RTX builds are 0.1-3 s: kernels are compiled on the 
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import mxnet as mx
 import pytest
@@ -31,7 +30,7 @@ from mx_trt.backends.base import BuildOptions
 from mx_trt.backends.tensorrt import TensorRTRTXBackend
 from mx_trt.bind import analyze
 from mx_trt.errors import EngineBuildError, MxTrtError
-from mx_trt.onnx_export import export_subgraph
+from mx_trt.profiles import SubgraphExporter
 from mx_trt.settings import Settings
 from passes.fuse import boundary
 from tests import userops
@@ -52,42 +51,6 @@ def backend() -> TensorRTRTXBackend:
         pytest.fail(f"the TensorRT build gate needs TensorRT-RTX, which is missing: {reason}. "
                     "`make test` installs it (USE_TENSORRT_RTX=1 in config.mk).")
     return TensorRTRTXBackend()
-
-
-def _bind_exporter() -> Any:
-    """mx_trt's own exporter of a bind (batch-dynamic where possible, fp16 graphs), if this version has one."""
-    try:
-        from mx_trt.profiles import SubgraphExporter
-    except ImportError:
-        return None
-    return SubgraphExporter
-
-
-def fp16_unavailable() -> Optional[str]:
-    """Why mx_trt cannot export fp16 graphs yet, or ``None``."""
-    if "fp16" in inspect.signature(export_subgraph).parameters:
-        return None
-    try:
-        from mx_trt.precision import to_fp16  # noqa: F401
-    except ImportError as exc:
-        return f"the exporter has no fp16 mode yet ({exc})"
-    return None if _bind_exporter() is not None else "the exporter has no fp16 mode yet"
-
-
-class _Exporter:
-    """Exports subgraphs the way a bind does; without mx_trt's SubgraphExporter, static exports."""
-
-    def __init__(self, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Mapping[str, Any], graph: Any,
-                 weights: Mapping[str, Any], fp16: bool) -> None:
-        self.graph, self.weights, self.fp16 = graph, weights, fp16
-        cls = _bind_exporter()
-        self.inner: Any = None if cls is None else cls(sym, shapes, params, None, graph, weights, fp16, [BATCH_RANGE])
-
-    def export(self, name: str, nodes: Any, ins: Any, outs: Any) -> Any:
-        if self.inner is not None:
-            return self.inner.export(name, nodes, ins, outs)
-        kw = {"fp16": True} if self.fp16 else {}
-        return export_subgraph(self.graph, nodes, ins, outs, self.weights, name=name, **kw)
 
 
 _MX_NODE = re.compile(r"MXNet node '([^']+)'")
@@ -117,7 +80,7 @@ def gate(model: str, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Ma
     graph = plan.graph
     absorbed = plan.absorbed_ids()
     weights = {n.name: params[n.name].asnumpy() for n in graph.nodes if n.is_variable and n.id in absorbed}
-    exporter = _Exporter(sym, shapes, params, graph, weights, fp16)
+    exporter = SubgraphExporter(sym, shapes, params, None, graph, weights, fp16, [BATCH_RANGE])
     failures: List[str] = []
     stats = {"subgraphs": 0, "dynamic": 0, "static": 0, "build_s": 0.0}
     for sg in plan.partition.subgraphs:
@@ -151,18 +114,10 @@ def gate(model: str, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Ma
     return stats
 
 
-def _leg(fp16: bool) -> None:
-    if fp16:
-        reason = fp16_unavailable()
-        if reason is not None:
-            pytest.skip(f"fp16 leg inactive: {reason}")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_model_builds(name, fp16, backend):
-    _leg(fp16)
     sym, args, aux, size = zoo_model(name)
     stats = gate(name, sym, {"data": (1, 3, size, size)}, {**args, **aux}, backend, fp16)
     assert stats["subgraphs"] >= 1
@@ -222,7 +177,6 @@ SYNTHETIC = {
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", sorted(SYNTHETIC))
 def test_synthetic_graph_builds(name, fp16, backend):
-    _leg(fp16)
     sym, shapes = SYNTHETIC[name]()
     args, aux = random_params(sym, shapes)
     stats = gate(name, sym, shapes, {**args, **aux}, backend, fp16)

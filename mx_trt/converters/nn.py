@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import ConversionError
+from .common import int64s as _int64s, norm_axis as _norm_axis, reshape as _reshape
 from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
 
 Shape = Tuple[int, ...]
@@ -59,22 +60,6 @@ def _dtype(spec: OpSpec, i: int = 0) -> np.dtype:
 def _scalar(ctx: ConvContext, value: float, hint: str, i: int = 0) -> str:
     """A 0-d constant in the dtype of input ``i`` (ONNX wants matching dtypes)."""
     return ctx.const(np.asarray(value, dtype=_dtype(ctx.spec, i)), hint)
-
-
-def _int64s(ctx: ConvContext, values: Sequence[int], hint: str) -> str:
-    return ctx.const(np.asarray(list(values), dtype=np.int64), hint)
-
-
-def _reshape(ctx: ConvContext, x: str, shape: Sequence[int], out: Optional[str] = None) -> str:
-    outs = [out] if out is not None else None
-    return ctx.emit("Reshape", [x, _int64s(ctx, shape, "shape")], outs)[0]
-
-
-def _norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
-    a = axis + ndim if axis < 0 else axis
-    if not 0 <= a < max(ndim, 1):
-        raise ConversionError(f"{what}={axis} is out of range for a {ndim}-D input")
-    return a
 
 
 def _channel_shape(c: int, axis: int, ndim: int) -> List[int]:

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ConversionError
+from .common import int64s as _i64, norm_axis as _norm_axis, reshape as _reshape
 from .registry import FLOAT_DTYPES, ConvContext, OpSpec, Shape, Validator, register
 
 # ONNX TensorProto element types by numpy name; fixed by the ONNX spec, spelled out
@@ -104,14 +105,6 @@ def _same_dtypes(spec: OpSpec) -> Optional[str]:
     return None
 
 
-def _norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
-    """Normalise a possibly negative axis into ``[0, ndim)`` or raise."""
-    a = axis + ndim if axis < 0 else axis
-    if not 0 <= a < ndim:
-        raise ConversionError(f"{what} {axis} is out of range for rank {ndim}")
-    return a
-
-
 def _expect_shape(spec: OpSpec, computed: Sequence[int], k: int = 0) -> Optional[str]:
     """Cross-check a shape computed from the attributes against MXNet's inference."""
     if tuple(computed) != tuple(spec.out_shapes[k]):
@@ -122,10 +115,6 @@ def _expect_shape(spec: OpSpec, computed: Sequence[int], k: int = 0) -> Optional
 # ----------------------------------------------------------------------------------------
 # Emission helpers
 # ----------------------------------------------------------------------------------------
-def _i64(ctx: ConvContext, values: Sequence[int], hint: str = "idx") -> str:
-    return ctx.const(np.asarray(list(values), dtype=np.int64), hint)
-
-
 def _scalar(ctx: ConvContext, value: float, dtype: str, rank: int, hint: str = "scalar") -> str:
     """A constant of shape ``(1,) * rank``: same rank as its partner (TensorRT-friendly broadcast)."""
     return ctx.const(np.full((1,) * rank, value, dtype=np.dtype(dtype)), hint)
@@ -137,10 +126,6 @@ def _out(out: Optional[str]) -> Optional[List[str]]:
 
 def _cast(ctx: ConvContext, x: str, dtype: str, out: Optional[str] = None) -> str:
     return ctx.emit("Cast", [x], _out(out), to=_ONNX_DTYPE[dtype])[0]
-
-
-def _reshape(ctx: ConvContext, x: str, shape: Sequence[int], out: Optional[str] = None) -> str:
-    return ctx.emit("Reshape", [x, _i64(ctx, shape, "shape")], _out(out))[0]
 
 
 def _unsqueeze(ctx: ConvContext, x: str, axes: Sequence[int], out: Optional[str] = None) -> str:

@@ -152,6 +152,7 @@ demo: venv
 	$(VENV_PY) -m mx_trt.demo
 
 bench: venv
+	$(PIP_INSTALL) -r $(REQ)/bench.txt
 	$(VENV_PY) benchmarks/run.py
 
 clean:

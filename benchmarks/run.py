@@ -121,10 +121,8 @@ def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List
 
 def _forget_engines() -> None:
     """Drop engines kept for reuse in this process, so the next bind gets them from disk or builds them."""
-    try:
-        from mx_trt import engines
-    except ImportError:
-        return
+    from mx_trt import engines
+
     engines.clear_pool()
     gc.collect()
 

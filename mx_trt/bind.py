@@ -29,7 +29,7 @@ from passes.validate import check_acyclic
 
 from . import hook
 from .backends import Backend, select_backend
-from .converters.registry import FLOAT_DTYPES, check as check_op
+from .converters.registry import check as check_op
 from .errors import BackendUnavailableError, MxTrtError, ParamMismatchError, ShapeError
 from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
 from .graph_import import graph_to_json, symbol_to_graph
@@ -41,8 +41,8 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
-#: Engine inputs and outputs: float tensors only (index inputs excepted, below).
-SUPPORTED_DTYPES = FLOAT_DTYPES
+#: Tensor types some backend's engines hold (each backend narrows it: ``Backend.tensor_dtypes``).
+ENGINE_DTYPES = ("float32", "float16", "int32", "int64", "bool")
 
 
 @dataclass
@@ -81,16 +81,11 @@ def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backen
             reasons[n.id] = f"{n.op} is listed in MXNET_TENSORRT_EXCLUDE_OPS"
             continue
         spec = op_spec(graph, n.id, weights)
-        bad = [
-            f"{what} {i} has dtype {dt}"
-            for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes))
-            for i, dt in enumerate(dts)
-            if dt not in SUPPORTED_DTYPES and not _integer_ok(spec, what, i)
-        ]
-        if bad:
-            reasons[n.id] = "; ".join(bad) + f" (engines take {', '.join(SUPPORTED_DTYPES)})"
-            continue
-        reason = check_op(spec)
+        # The backend bounds which tensor types an engine may hold at all; within
+        # that, each converter's validator decides the types it converts exactly.
+        reason = backend.dtype_reason(spec) if backend is not None else _default_dtype_reason(spec)
+        if reason is None:
+            reason = check_op(spec)
         if reason is None and backend is not None:
             reason = backend.supports(spec)
         if reason:
@@ -98,12 +93,13 @@ def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backen
     return reasons
 
 
-#: Inputs that hold indices and may be integers; the op's validator decides.
-_INDEX_INPUTS = {"Embedding": 0, "take": 1}
-
-
-def _integer_ok(spec: Any, what: str, i: int) -> bool:
-    return what == "input" and _INDEX_INPUTS.get(spec.op) == i
+def _default_dtype_reason(spec: Any) -> Optional[str]:
+    """Without a backend (analysis only), float64 is the one type no TensorRT engine holds."""
+    for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes)):
+        for i, dt in enumerate(dts):
+            if dt not in ENGINE_DTYPES:
+                return f"{what} {i} is {dt}, which engines do not hold"
+    return None
 
 
 def analyze(

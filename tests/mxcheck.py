@@ -42,15 +42,23 @@ def random_inputs(shapes: Mapping[str, Tuple[int, ...]], seed: int = 1, dtype: s
     return {k: rng.uniform(-1, 1, s).astype(dtype) for k, s in shapes.items()}
 
 
-def run_native(sym, shapes, args, aux, inputs, ctx=None) -> Sequence[np.ndarray]:
-    """Bind natively (the pass forced off) and run one inference forward."""
+def run_native(sym, shapes, args, aux, inputs, ctx=None, type_dict=None) -> Sequence[np.ndarray]:
+    """Bind natively (the pass forced off) and run one inference forward.
+
+    ``type_dict`` defaults to float32 for every argument (as simple_bind does), except
+    inputs given as integer or bool arrays, which keep their dtype: the reference
+    computes floats in fp32.
+    """
     import mxnet as mx
 
     from mx_trt import hook
 
     ctx = ctx or mx.cpu()
+    if type_dict is None:
+        type_dict = {k: "float32" for k in sym.list_arguments()}
+        type_dict.update({k: np.asarray(v).dtype.name for k, v in inputs.items() if np.asarray(v).dtype.kind in "iub"})
     with hook.disabled():
-        exe = sym.simple_bind(ctx, grad_req="null", **shapes)
+        exe = sym.simple_bind(ctx, grad_req="null", type_dict=type_dict, **shapes)
     exe.copy_params_from(args, aux, allow_extra_params=True)
     for k, v in inputs.items():
         exe.arg_dict[k][:] = v
@@ -111,10 +119,14 @@ def check_symbol(
     args, aux = params if params is not None else random_params(sym, shapes, seed, dtype)
     feeds = dict(inputs) if inputs is not None else random_inputs(shapes, seed + 1, dtype)
     ref = run_native(sym, shapes, args, aux, feeds)
-    got, _ = run_onnx_whole(sym, shapes, args, aux, feeds, dtypes={k: dtype for k in shapes} if dtype != "float32" else None)
+    # Inputs keep their own dtypes (integer indices, masks...); weights theirs.
+    in_dtypes = {k: np.asarray(v).dtype.name for k, v in feeds.items()}
+    in_dtypes.update({k: np.dtype(v.dtype).name for k, v in {**args, **aux}.items()})
+    got, _ = run_onnx_whole(sym, shapes, args, aux, feeds, dtypes=in_dtypes)
     rtol, atol = tol or OP_TOL[dtype]
     assert len(got) == len(ref)
     for r, g in zip(ref, got):
         assert r.shape == g.shape, f"shape {g.shape} != MXNet's {r.shape}"
+        assert r.dtype == g.dtype, f"dtype {g.dtype} != MXNet's {r.dtype}"
         np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
     return ref, got

@@ -148,6 +148,9 @@ class Backend(abc.ABC):
 
     #: Registry name, as in ``MXNET_TENSORRT_BACKEND``.
     name: str = ""
+    #: Element types (numpy names) this backend's engines hold, inside and at their
+    #: inputs and outputs. A node with a tensor of another type stays native.
+    tensor_dtypes: Tuple[str, ...] = ("float32", "float16")
 
     @classmethod
     @abc.abstractmethod
@@ -156,6 +159,15 @@ class Backend(abc.ABC):
 
     def supports(self, spec: OpSpec) -> Optional[str]:
         """Backend-specific restrictions beyond the converter's own validator."""
+        return None
+
+    def dtype_reason(self, spec: OpSpec) -> Optional[str]:
+        """Why a tensor type of ``spec`` cannot be held by this backend's engines, or ``None``."""
+        for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes)):
+            for i, dt in enumerate(dts):
+                if dt not in self.tensor_dtypes:
+                    return (f"{what} {i} is {dt}, which {self.name} engines do not hold "
+                            f"(they take {', '.join(self.tensor_dtypes)})")
         return None
 
     @abc.abstractmethod

@@ -101,6 +101,7 @@ class OnnxRuntimeBackend(Backend):
     """Builds :class:`OrtEngine` s with the CPU execution provider."""
 
     name = "onnxruntime"
+    tensor_dtypes = ("float32", "float16", "float64", "int8", "uint8", "int32", "int64", "bool")
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:

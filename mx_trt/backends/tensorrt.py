@@ -879,6 +879,8 @@ class TensorRTBackend(Backend):
     """TensorRT 10+ (``import tensorrt``). Subclasses name another module with the same API."""
 
     name = "tensorrt"
+    # TensorRT 10 has no float64; int8/uint8 tensors need quantization scales, so they stay native.
+    tensor_dtypes = ("float32", "float16", "int32", "int64", "bool")
     module_name = "tensorrt"
     label = "TensorRT"
     install_hint = "install it with `make venv USE_TENSORRT=1` (requirements/tensorrt.txt; needs NVIDIA's package index)"

@@ -1,0 +1,1 @@
+"""Third-party MXNet models (GluonCV, GluonNLP) built offline with seeded random weights."""

@@ -3,6 +3,7 @@
 Pipeline (one explicit list, run at every bind with the pass on)::
 
     symbol_to_graph      MXNet symbol -> IR with MXNet's inferred shapes/dtypes
+    remove_identities    inference-time identities (Dropout, BlockGrad, ...) go (passes.simplify)
     support              per op: converter validator, exclude list, backend -> reason
     partition            maximal cycle-free subgraphs (passes.partition)
     check_acyclic        independent validator (passes.validate)
@@ -25,6 +26,7 @@ import numpy as np
 from passes.fuse import FuseResult, boundary, fuse
 from passes.ir import Entry, Graph
 from passes.partition import PartitionResult, Subgraph, partition
+from passes.simplify import remove_identities
 from passes.validate import check_acyclic
 
 from . import hook
@@ -32,7 +34,7 @@ from .backends import Backend, select_backend
 from .converters.registry import check as check_op
 from .errors import BackendUnavailableError, MxTrtError, ParamMismatchError, ShapeError
 from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
-from .graph_import import graph_to_json, symbol_to_graph
+from .graph_import import graph_to_json, inference_identity, symbol_to_graph
 from .engines import EngineProvider, SubgraphJob
 from .onnx_export import entry_name, op_spec
 from .profiles import SubgraphExporter, batch_ranges
@@ -125,13 +127,19 @@ def analyze(
     """
     all_shapes = {k: tuple(int(d) for d in v.shape) for k, v in params.items()}
     all_shapes.update({k: tuple(v) for k, v in shapes.items()})
-    dtypes = {k: np.dtype(v.dtype).name for k, v in params.items()}
-    dtypes.update({k: np.dtype(v).name for k, v in (type_dict or {}).items()})
+    # Types as simple_bind infers them: type_dict, variables' own __dtype__, float32
+    # for the rest. The weights' own dtypes do not count (MXNet ignores them too).
+    dtypes = {k: np.dtype(v).name for k, v in (type_dict or {}).items()}
     args = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
     unknown = sorted(set(shapes) - args)
     if unknown:
         raise ShapeError(f"shapes given for {unknown}, which are not inputs of the symbol (inputs: {sorted(args)})")
     graph = symbol_to_graph(sym, {k: v for k, v in all_shapes.items() if k in args}, {k: v for k, v in dtypes.items() if k in args})
+    simplified = remove_identities(graph, inference_identity)
+    if simplified.removed:
+        logger.info("removed %d inference-time identity node(s) before partitioning (%s)", len(simplified.removed),
+                    ", ".join(simplified.removed[:5]) + (", ..." if len(simplified.removed) > 5 else ""))
+    graph = simplified.graph
     missing = [n.name for n in graph.nodes if n.is_variable and Entry(n.id, 0) not in graph.shapes]
     if missing:
         raise ShapeError(f"cannot infer the shapes of {missing}: give their shapes to simple_bind or their values in shared_buffer")
@@ -258,6 +266,25 @@ def _why_native(grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: A
     return None
 
 
+def shape_keywords(sym: Any, kwargs: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:
+    """The input shapes among ``simple_bind``'s keyword arguments, read as MXNet 1.9.1 reads them.
+
+    MXNet takes a keyword as a shape only when its value is a tuple, and ignores
+    the others (the design's example passes ``force_rebind=True``). It also
+    ignores shapes of names that are neither arguments nor aux states.
+    """
+    names = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    for k, v in kwargs.items():
+        if not isinstance(v, tuple):
+            logger.debug("simple_bind keyword %s=%r is not a shape (MXNet ignores it)", k, v)
+        elif k not in names:
+            logger.info("simple_bind was given a shape for %r, which is not an input of the symbol; ignored as MXNet does", k)
+        else:
+            shapes[k] = v
+    return shapes
+
+
 def accelerated_simple_bind(
     sym: Any,
     ctx: Any,
@@ -273,11 +300,13 @@ def accelerated_simple_bind(
     """``Symbol.simple_bind`` with the TensorRT pass (same arguments, same result type).
 
     Falls back to MXNet's own bind, with one warning saying why, when gradients
-    are requested, the weights are missing, or no backend serves ``ctx``.
+    are requested, the weights are missing, no backend serves ``ctx``, or the
+    pass fails on this graph for any reason: a graph MXNet binds never fails to
+    bind because of the pass. ``MXNET_TENSORRT_STRICT=1`` raises instead.
 
     Raises:
-        ShapeError, MissingWeightError, BackendUnavailableError (forced backend missing),
-        PartitionError (validator caught a bad partition).
+        BackendUnavailableError: the backend forced by ``MXNET_TENSORRT_BACKEND`` is missing.
+        MxTrtError: only with ``MXNET_TENSORRT_STRICT=1``, whatever stopped the pass.
     """
     original = hook.original_simple_bind()
 
@@ -297,8 +326,23 @@ def accelerated_simple_bind(
             raise
         logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
         return native()
-    exe, _ = bind_with_backend(sym, ctx, backend, settings, dict(shared_buffer), kwargs, type_dict, shared_arg_names, shared_exec)
+    try:
+        shapes = shape_keywords(sym, kwargs)
+        exe, _ = bind_with_backend(sym, ctx, backend, settings, dict(shared_buffer), shapes, type_dict,
+                                   shared_arg_names, shared_exec)
+    except Exception as exc:  # noqa: BLE001 - any failure of the pass means a native bind, never a crash
+        if settings.strict:
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but the pass failed on this graph (%s: %s): binding natively",
+                       type(exc).__name__, _one_line(exc))
+        logger.debug("the pass failed", exc_info=True)
+        return native()
     return exe
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + "..."
 
 
 def bind_with_backend(
@@ -381,15 +425,18 @@ def bind_with_backend(
     # Arguments nobody gave a shape for (weights missing from shared_buffer) keep the inferred one.
     inferred = {n.name: graph.shapes[Entry(n.id, 0)] for n in graph.nodes if n.is_variable and Entry(n.id, 0) in graph.shapes}
     bind_shapes = {k: shapes.get(k, inferred.get(k)) for k in new_args if k in shapes or (k not in params and k in inferred)}
-    native_buf = {k: v for k, v in params.items() if k in new_args and k not in shapes and isinstance(v, mx.nd.NDArray)}
+    # A weight that was also given a shape stays an executor argument (MXNet lets
+    # the caller overwrite it); its value still comes from shared_buffer, as natively.
+    native_buf = {k: v for k, v in params.items() if k in new_args and isinstance(v, mx.nd.NDArray)
+                  and (k not in shapes or tuple(v.shape) == tuple(shapes[k]))}
     tdict = {k: v for k, v in (type_dict or {}).items() if k in new_args}
     exe = hook.original_simple_bind()(new_sym, ctx, grad_req="null", type_dict=tdict or None,
                                       shared_arg_names=shared_arg_names, shared_exec=shared_exec,
                                       shared_buffer=native_buf, **bind_shapes)
     # Native weights: shared_buffer arrays were reused where ctx/shape/dtype match;
     # copy the others, and aux states, which simple_bind never takes from shared_buffer.
-    for name in sorted(new_args - set(shapes)):
-        if name in params:
+    for name in sorted(new_args):
+        if name in params and (name not in shapes or tuple(params[name].shape) == tuple(shapes[name])):
             _copy_into(exe.arg_dict[name], params[name])
     for name in sorted(new_aux):
         if name in params:

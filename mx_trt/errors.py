@@ -40,3 +40,7 @@ class ParamMismatchError(MxTrtError):
 
 class CacheError(MxTrtError):
     """A cache entry could not be read or written."""
+
+
+class GraphImportError(MxTrtError):
+    """The MXNet graph cannot be read into the IR (the bind stays native)."""

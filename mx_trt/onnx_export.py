@@ -178,7 +178,12 @@ def export_subgraph(
                 )
             if src.name not in inits:
                 used_names.add(src.name)
-                add_const(np.asarray(weights[src.name]), src.name)
+                arr = np.asarray(weights[src.name])
+                want = graph.dtypes.get(Entry(e.node, 0))
+                if want and want != "unknown" and arr.dtype != np.dtype(want):
+                    # The executor would hold the weight in the type MXNet inferred.
+                    arr = arr.astype(want)
+                add_const(arr, src.name)
 
     const_values_by_name = {k: np.asarray(weights[k]) for k in inits}
     for nid in order:

@@ -136,16 +136,20 @@ class SubgraphExporter:
         self._graphs: Dict[int, Graph] = {}
 
     def graph_at(self, batch: int) -> Graph:
-        """The graph with MXNet's shapes inferred at another batch size (memoized)."""
-        from .graph_import import symbol_to_graph
+        """The bind's graph with MXNet's shapes inferred at another batch size (memoized).
+
+        Only MXNet's shape inference runs again; its result goes into a copy of
+        the same IR (same nodes, ids and dtypes), so every later step reads it.
+        """
+        from .graph_import import infer_shapes
 
         if batch in self._graphs:
             return self._graphs[batch]
         all_shapes = {k: tuple(v.shape) for k, v in self.params.items() if k not in self.shapes}
         all_shapes.update(with_batch(self.shapes, batch))
         args = set(self.sym.list_arguments()) | set(self.sym.list_auxiliary_states())
-        dtypes = {k: np.dtype(v.dtype).name for k, v in self.params.items() if k in args}
-        g = symbol_to_graph(self.sym, {k: v for k, v in all_shapes.items() if k in args}, dtypes)
+        g = Graph(nodes=self.graph.nodes, heads=self.graph.heads, dtypes=self.graph.dtypes,
+                  shapes=infer_shapes(self.sym, self.graph, {k: v for k, v in all_shapes.items() if k in args}))
         self._graphs[batch] = g
         return g
 

@@ -146,6 +146,8 @@ class Settings:
         fp16: Build fp16 engines (``MXNET_TENSORRT_USE_FP16`` / :func:`set_use_fp16`).
         max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
+        strict: Raise when the pass fails on a graph instead of binding natively
+            with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -154,6 +156,7 @@ class Settings:
     fp16: bool = False
     max_batch_size: Optional[int] = None
     profiles: Optional[List[Profile]] = None
+    strict: bool = False
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -168,4 +171,5 @@ class Settings:
             fp16=get_use_fp16(),
             max_batch_size=_env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
             profiles=get_optimization_profiles(),
+            strict=_env_bool("MXNET_TENSORRT_STRICT", False),
         )

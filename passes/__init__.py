@@ -3,6 +3,7 @@
 Modules, in pipeline order:
 
 * :mod:`passes.ir` - the typed graph IR the passes work on.
+* :mod:`passes.simplify` - remove inference-time identities before partitioning.
 * :mod:`passes.partition` - maximal TensorRT-compatible subgraphs (the design's method, made exact).
 * :mod:`passes.validate` - independent checks: acyclic contraction (run at every bind) and maximality (tests).
 * :mod:`passes.fuse` - replace each subgraph by one fused node.

@@ -36,7 +36,8 @@ class Node:
 
     Attributes:
         id: Position in :attr:`Graph.nodes`.
-        name: Unique name (MXNet's node name).
+        name: MXNet's node name. Names need not be unique (MXNet binds graphs
+            where a block called twice repeats them): passes key nodes by ``id``.
         op: Operator name, ``"null"`` for a variable.
         attrs: Operator attributes as MXNet spells them (strings).
         inputs: The entries this node consumes, in order.
@@ -75,16 +76,12 @@ class Graph:
         """Check the invariants. O(V + E).
 
         Raises:
-            GraphError: ids out of place, an input from a later node, an output
-                index out of range, or duplicate names.
+            GraphError: ids out of place, an input from a later node, or an output
+                index out of range. Duplicate names are allowed (nodes are keyed by id).
         """
-        names: Dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             if node.id != i:
                 raise GraphError(f"node {node.name!r} has id {node.id}, expected {i}")
-            if node.name in names:
-                raise GraphError(f"duplicate node name {node.name!r} (ids {names[node.name]} and {i})")
-            names[node.name] = i
             for e in node.inputs:
                 self._check_entry(e, f"input of {node.name!r}")
                 if e.node >= i:
@@ -124,10 +121,18 @@ class Graph:
         return out
 
     def by_name(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        """The node called ``name``. O(V).
+
+        Raises:
+            KeyError: no node has that name.
+            GraphError: several nodes have it (look them up by id instead).
+        """
+        found = [n for n in self.nodes if n.name == name]
+        if not found:
+            raise KeyError(name)
+        if len(found) > 1:
+            raise GraphError(f"{len(found)} nodes are named {name!r} (ids {[n.id for n in found]}): look up by id")
+        return found[0]
 
     def op_nodes(self) -> List[int]:
         return [n.id for n in self.nodes if not n.is_variable]

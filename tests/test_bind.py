@@ -222,14 +222,32 @@ def test_detection_style_ops_stay_native(monkeypatch):
     assert len(info.engines) >= 1
 
 
-def test_wrong_shape_is_a_typed_error(monkeypatch):
+def test_wrong_shape_binds_natively_with_one_warning_or_raises_when_strict(monkeypatch, caplog):
+    """MXNet binds a data shape that contradicts the weights (it re-allocates them): so does the
+    hook, natively, with one warning. MXNET_TENSORRT_STRICT=1 turns it into the typed error."""
     s = conv_relu(mx.sym.var("data"), "a")
     args, aux = random_params(s, SHAPES)
     monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=(2, 5, 8, 8))
+    assert mx_trt.bind_info(exe) is None
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "binding natively" in warnings[0].getMessage()
+    assert "Shape inconsistent" in warnings[0].getMessage()
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
     with pytest.raises(ShapeError):
         s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=(2, 5, 8, 8))
-    with pytest.raises(ShapeError, match="not inputs"):
-        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=SHAPES["data"], dta=(1,))
+
+
+def test_keywords_mxnet_ignores_are_ignored(monkeypatch):
+    """simple_bind reads a keyword as a shape only if it is a tuple of an input's name, as MXNet 1.9.1 does."""
+    s = conv_relu(mx.sym.var("data"), "a")
+    args, aux = random_params(s, SHAPES)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
+    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=SHAPES["data"],
+                        dta=(1,), force_rebind=True, data_list=[2, 3, 8, 8])
+    assert mx_trt.bind_info(exe) is not None and len(mx_trt.bind_info(exe).engines) == 1
 
 
 def test_forced_missing_backend_is_an_error(monkeypatch):

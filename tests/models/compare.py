@@ -1,0 +1,146 @@
+"""Comparing an accelerated model with native MXNet, engine by engine and output by output.
+
+Two checks, both against MXNet's own values for the same graph and weights:
+
+* :func:`check_engines`: every engine is fed the values native MXNet computes
+  for its inputs and must produce native's values of its outputs. Upstream
+  rounding cannot hide or excuse an error here, so this is the strict check of
+  each converted subgraph (fp32: ``|got - ref| <= atol + rtol * max|ref|`` per tensor).
+* :func:`compare_outputs`: the final outputs, with detection outputs (rows of
+  ``[id, score, box...]`` padded with -1) compared as sets, since detections
+  that tie in score may come out in another order.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+from mx_trt.backends.base import Buffer
+from passes.fuse import boundary
+from passes.ir import Entry
+
+#: fp32 tolerance for whole models, relative to each tensor's range.
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def native_values(sym: Any, params: Mapping[str, Any], shapes: Mapping[str, Tuple[int, ...]],
+                  inputs: Mapping[str, np.ndarray], graph: Any, entries: Sequence[Entry]) -> Dict[Entry, np.ndarray]:
+    """MXNet's values of ``entries`` of ``graph`` (the pass's import of ``sym``), from one native forward."""
+    import mxnet as mx
+
+    from mx_trt import hook
+    from mx_trt.graph_import import _output_owners, _with_unique_names
+
+    usym, _, _ = _with_unique_names(sym)
+    internals = usym.get_internals()
+    index: Dict[Tuple[str, int], int] = {}
+    for i, nm in enumerate(_output_owners(internals)):
+        k = sum(1 for key in index if key[0] == nm)
+        index[(nm, k)] = i
+    got: Dict[Entry, np.ndarray] = {}
+    wanted: List[Entry] = []
+    for e in dict.fromkeys(entries):
+        node = graph.nodes[e.node]
+        if node.is_variable and node.name in inputs:
+            got[e] = np.asarray(inputs[node.name])
+        elif node.is_variable and node.name in params:
+            got[e] = params[node.name].asnumpy()
+        else:
+            wanted.append(e)
+    group = mx.sym.Group([internals[index[(graph.nodes[e.node].name, e.index)]] for e in wanted])
+    type_dict = {k: np.asarray(v).dtype.name for k, v in inputs.items()}
+    with hook.disabled():
+        exe = group.simple_bind(mx.cpu(), grad_req="null", type_dict=type_dict, **shapes)
+    for k, v in exe.arg_dict.items():
+        if k in inputs:
+            v[:] = inputs[k]
+        elif k in params:
+            params[k].copyto(v)
+    for k, v in exe.aux_dict.items():
+        params[k].copyto(v)
+    exe.forward(is_train=False)
+    got.update({e: o.asnumpy() for e, o in zip(wanted, exe.outputs)})
+    return got
+
+
+def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL) -> List[str]:
+    """Run every engine of ``exe`` on native MXNet's values of its inputs; return the mismatches.
+
+    Returns:
+        One line per output that differs from native beyond the tolerance (empty: all match).
+    """
+    import mx_trt
+
+    info = mx_trt.bind_info(exe)
+    assert info is not None, "the executor was bound natively"
+    graph = info.plan.graph
+    absorbed = info.plan.absorbed_ids()
+    by_name = {sg.name: sg for sg in info.plan.partition.subgraphs}
+    jobs = []
+    entries: List[Entry] = []
+    for fused in info.engines:
+        ins, outs = boundary(graph, by_name[fused.name].nodes, absorbed)
+        jobs.append((fused, ins, outs))
+        entries += ins + outs
+    ref = native_values(model.sym, model.params, model.shapes, model.inputs, graph, entries)
+    bad: List[str] = []
+    for fused, ins, outs in jobs:
+        engine = fused.engine
+        feeds = [np.ascontiguousarray(ref[e], dtype=t.dtype) for e, t in zip(ins, engine.inputs)]
+        shapes = engine.output_shapes([f.shape for f in feeds])
+        results = [np.empty(s, dtype=t.dtype) for s, t in zip(shapes, engine.outputs)]
+        engine.run([Buffer(int(f.ctypes.data), f.shape, f.dtype.name) for f in feeds],
+                   [Buffer(int(r.ctypes.data), r.shape, r.dtype.name) for r in results])
+        for e, r in zip(outs, results):
+            want, where = ref[e], f"{fused.name} {graph.nodes[e.node].op} {graph.nodes[e.node].name}[{e.index}]"
+            if r.shape != want.shape or r.dtype != want.dtype:
+                bad.append(f"{where}: {r.shape} {r.dtype} against native {want.shape} {want.dtype}")
+                continue
+            if r.dtype.kind in "iub":
+                if not np.array_equal(r, want):
+                    bad.append(f"{where}: {int((r != want).sum())} integer elements differ")
+                continue
+            err = float(np.abs(r.astype(np.float64) - want).max()) if r.size else 0.0
+            scale = float(np.abs(want).max()) if want.size else 0.0
+            if not np.isfinite(scale) or err > atol + rtol * scale:
+                bad.append(f"{where}: max abs error {err:.3g} on a range of {scale:.3g}")
+    return bad
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """Detection rows of a ``(batch, n, k)`` output without the -1 padding, sorted."""
+    rows = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    rows = rows[~np.all(rows == -1, axis=-1)]
+    order = np.lexsort(rows.T[::-1])
+    return rows[order]
+
+
+def compare_outputs(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], as_sets: bool = False,
+                    rtol: float = RTOL, atol: float = ATOL) -> List[str]:
+    """Final outputs against native; ``as_sets`` compares each output's rows as a set."""
+    bad: List[str] = []
+    assert len(ref) == len(got)
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape or r.dtype != g.dtype:
+            bad.append(f"output {k}: {g.shape} {g.dtype} against native {r.shape} {r.dtype}")
+            continue
+        if as_sets and r.ndim >= 2:
+            r, g = _rows(r), _rows(g)
+            if r.shape != g.shape:
+                bad.append(f"output {k}: {len(g)} rows against native {len(r)}")
+                continue
+        err = float(np.abs(g.astype(np.float64) - r).max()) if r.size else 0.0
+        scale = float(np.abs(r).max()) if r.size else 0.0
+        if err > atol + rtol * scale:
+            bad.append(f"output {k}: max abs error {err:.3g} on a range of {scale:.3g}")
+    return bad
+
+
+def op_counts(sym: Any) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for n in json.loads(sym.tojson())["nodes"]:
+        if n["op"] != "null":
+            counts[n["op"]] = counts.get(n["op"], 0) + 1
+    return counts

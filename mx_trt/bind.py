@@ -6,6 +6,7 @@ Pipeline (one explicit list, run at every bind with the pass on)::
     remove_identities    inference-time identities (Dropout, BlockGrad, ...) go (passes.simplify)
     support              per op: converter validator, exclude list, backend -> reason
     partition            maximal cycle-free subgraphs (passes.partition)
+    keep_worthwhile      subgraphs too small to pay for an engine stay native (passes.cost)
     check_acyclic        independent validator (passes.validate)
     engines              per subgraph: reuse one from this process, load it from the
                          plan cache, or export to ONNX and build; failures stay native
@@ -23,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from passes.cost import keep_worthwhile
 from passes.fuse import FuseResult, boundary, fuse
 from passes.ir import Entry, Graph
 from passes.partition import PartitionResult, Subgraph, partition
@@ -152,6 +154,8 @@ def analyze(
                        ", ".join(unset), "has" if len(unset) == 1 else "have")
     reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
     part = partition(graph, reasons, settings.min_subgraph_size)
+    if settings.engine_rule == "cost":
+        part = keep_worthwhile(graph, part)
     check_acyclic(graph, [s.nodes for s in part.subgraphs])
     return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)
 

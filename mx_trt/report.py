@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from passes.cost import estimate_macs, graph_macs
 from passes.ir import Entry, Graph
 
 logger = logging.getLogger(__name__)
@@ -48,117 +49,6 @@ Shape = Tuple[int, ...]
 
 #: Operator count from which :func:`render_svg` contracts each subgraph into one box.
 COLLAPSE_THRESHOLD = 1000
-
-
-# ---------------------------------------------------------------------------
-# Multiply-add estimate
-# ---------------------------------------------------------------------------
-
-
-def _ints(raw: Optional[str]) -> Tuple[int, ...]:
-    """``"(3, 3)"`` / ``"[3,3]"`` / ``"3"`` -> ``(3, 3)`` / ``(3, 3)`` / ``(3,)``; empty for None."""
-    if raw is None:
-        return ()
-    return tuple(int(x) for x in re.findall(r"-?\d+", str(raw)))
-
-
-def _int(raw: Optional[str], default: int) -> int:
-    vals = _ints(raw)
-    return vals[0] if vals else default
-
-
-def _bool(raw: Optional[str], default: bool) -> bool:
-    if raw is None:
-        return default
-    return str(raw).strip().lower() in ("1", "true")
-
-
-def _prod(dims: Sequence[int]) -> int:
-    out = 1
-    for d in dims:
-        out *= int(d)
-    return out
-
-
-def _channel_axis(attrs: Mapping[str, str], rank: int) -> int:
-    layout = attrs.get("layout")
-    if layout and layout not in ("None", "") and layout.endswith("C"):
-        return rank - 1
-    return 1
-
-
-def estimate_macs(
-    op: str,
-    attrs: Mapping[str, str],
-    in_shapes: Sequence[Optional[Shape]],
-    out_shapes: Sequence[Optional[Shape]],
-) -> int:
-    """Multiply-adds of one operator, estimated from its shapes.
-
-    Only the operators whose cost dominates a network are counted; every other
-    operator counts as 0.
-
-    * ``Convolution``: output elements x (input channels / groups) x kernel volume.
-    * ``Deconvolution``: input elements x (filters / groups) x kernel volume.
-    * ``FullyConnected``: rows x input features x ``num_hidden`` (rows and
-      features follow ``flatten``).
-    * ``dot`` / ``batch_dot``: output elements x the contracted dimension.
-
-    Args:
-        op: MXNet operator name.
-        attrs: Its attributes, as MXNet spells them (strings).
-        in_shapes: Input shapes (``None`` where unknown).
-        out_shapes: Output shapes (``None`` where unknown).
-
-    Returns:
-        The estimate; 0 when a needed shape is unknown.
-    """
-    data = in_shapes[0] if in_shapes else None
-    out = out_shapes[0] if out_shapes else None
-    if op in ("Convolution", "_npx_convolution"):
-        if data is None or out is None:
-            return 0
-        groups = max(1, _int(attrs.get("num_group"), 1))
-        in_ch = data[_channel_axis(attrs, len(data))]
-        return _prod(out) * (in_ch // groups) * _prod(_ints(attrs.get("kernel")))
-    if op in ("Deconvolution", "_npx_deconvolution"):
-        if data is None:
-            return 0
-        groups = max(1, _int(attrs.get("num_group"), 1))
-        filters = _int(attrs.get("num_filter"), 0)
-        if not filters and out is not None:
-            filters = out[_channel_axis(attrs, len(out))]
-        return _prod(data) * (filters // groups) * _prod(_ints(attrs.get("kernel")))
-    if op in ("FullyConnected", "_npx_fully_connected"):
-        if data is None or not data:
-            return 0
-        hidden = _int(attrs.get("num_hidden"), 0)
-        if _bool(attrs.get("flatten"), True):
-            rows, feats = data[0], _prod(data[1:])
-        else:
-            rows, feats = _prod(data[:-1]), data[-1]
-        return rows * feats * hidden
-    if op in ("dot", "batch_dot", "_np_dot"):
-        if data is None or out is None or not data:
-            return 0
-        if op == "batch_dot":
-            k = data[1] if _bool(attrs.get("transpose_a"), False) else data[-1]
-        else:
-            k = data[0] if _bool(attrs.get("transpose_a"), False) else data[-1]
-        return _prod(out) * k
-    return 0
-
-
-def graph_macs(graph: Graph) -> Dict[int, int]:
-    """:func:`estimate_macs` of every operator node of ``graph``, by node id. O(V + E)."""
-    out: Dict[int, int] = {}
-    for n in graph.nodes:
-        if n.is_variable:
-            continue
-        ins = [graph.shapes.get(e) for e in n.inputs]
-        outs = [graph.shapes.get(Entry(n.id, k)) for k in range(n.num_outputs)]
-        out[n.id] = estimate_macs(n.op, n.attrs, ins, outs)
-    return out
 
 
 # ---------------------------------------------------------------------------

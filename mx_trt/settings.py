@@ -133,6 +133,16 @@ def _env_int(name: str, default: int, minimum: int = 0) -> int:
     return v
 
 
+def _env_choice(name: str, default: str, allowed: Sequence[str]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    v = raw.strip().lower()
+    if v not in allowed:
+        raise MxTrtError(f"{name}={raw!r}: expected one of {', '.join(allowed)}")
+    return v
+
+
 @dataclass(frozen=True)
 class Settings:
     """The knobs of one bind.
@@ -146,30 +156,34 @@ class Settings:
         fp16: Build fp16 engines (``MXNET_TENSORRT_USE_FP16`` / :func:`set_use_fp16`).
         max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
+        engine_rule: Which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``):
+            ``cost`` (default) those whose estimated saving beats an engine's
+            run cost (:mod:`passes.cost`), ``always`` every one of at least
+            ``min_subgraph_size`` operators.
         strict: Raise when the pass fails on a graph instead of binding natively
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
-    min_subgraph_size: int = 2
+    min_subgraph_size: int = 1
     backend: Optional[str] = None
     fp16: bool = False
     max_batch_size: Optional[int] = None
     profiles: Optional[List[Profile]] = None
     strict: bool = False
+    engine_rule: str = "cost"
 
     @classmethod
     def from_env(cls) -> "Settings":
-        from passes.partition import DEFAULT_MIN_SUBGRAPH_SIZE
-
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip() or None
         return cls(
             exclude_ops=frozenset(x.strip() for x in excl.split(",") if x.strip()),
-            min_subgraph_size=_env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", DEFAULT_MIN_SUBGRAPH_SIZE, 1),
+            min_subgraph_size=_env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1),
             backend=backend,
             fp16=get_use_fp16(),
             max_batch_size=_env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
             profiles=get_optimization_profiles(),
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
+            engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),
         )

@@ -10,8 +10,14 @@ def _isolated_engines(monkeypatch, tmp_path):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "plan_cache"))
     for var in ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT", "MXNET_TENSORRT_MAX_BATCH_SIZE", "MXNET_TENSORRT_PROFILES",
                 "MXNET_TENSORRT_USE_FP16", "MXNET_TENSORRT_EXCLUDE_OPS", "MXNET_TENSORRT_BACKEND",
-                "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE"):
+                "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE", "MXNET_TENSORRT_STRICT"):
         monkeypatch.delenv(var, raising=False)
+    # The tests of the pass's mechanics bind graphs of a few tiny operators, which the
+    # default cost rule (passes.cost) rightly leaves native: they run with every
+    # subgraph of two or more operators made an engine. Tests of the rule itself and
+    # of real models use the defaults (the `default_engine_rule` fixture).
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
     try:
         from mx_trt import engines
     except ImportError:  # tests of passes/ alone do not need mx_trt
@@ -26,3 +32,10 @@ def _isolated_engines(monkeypatch, tmp_path):
     engines.clear_pool()
     settings.set_use_fp16(None)
     settings.set_optimization_profiles(None)
+
+
+@pytest.fixture
+def default_engine_rule(monkeypatch):
+    """The shipped defaults: the cost rule decides which subgraphs become engines."""
+    monkeypatch.delenv("MXNET_TENSORRT_ENGINE_RULE", raising=False)
+    monkeypatch.delenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", raising=False)

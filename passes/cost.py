@@ -1,0 +1,202 @@
+"""When a subgraph is worth an engine: a small cost model over the IR.
+
+A fused node is not free: running one engine costs a hop through MXNet's
+custom-operator path and the backend's launch (about 40-60 us on a CPU, see
+``benchmarks/``), where a native MXNet operator costs a dispatch of about
+10-15 us plus its own work. So a subgraph pays for its engine when what it
+saves is larger than the hop:
+
+* a dispatch per operator that no longer runs natively (``op_us`` each);
+* memory passes that the engine fuses away: every operator after the first
+  no longer writes and re-reads its output (``fuse_us_per_melem`` per million
+  output elements);
+* faster kernels for the heavy operators (``mac_us_per_mmac`` per million
+  multiply-adds, a conservative share of their run time).
+
+Counting operators alone gets both ends wrong: four ``slice_axis`` ops on a
+few integers make an engine that costs more than it saves, while one large
+``Convolution`` between two native ops is well worth one.
+
+Everything here is pure: the estimates read the IR's shapes and attributes.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from passes.ir import Entry, Graph
+from passes.partition import PartitionResult, Subgraph
+
+__all__ = ["CostModel", "estimate_macs", "graph_macs", "keep_worthwhile", "subgraph_saving_us", "worth_an_engine"]
+
+Shape = Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Constants of the rule, in microseconds (measured on a 2-core x86 CPU; see the README).
+
+    Attributes:
+        hop_us: Cost of running one engine from MXNet (custom-op hop plus launch).
+        op_us: MXNet's dispatch cost per native operator.
+        fuse_us_per_melem: Saved per million output elements of each operator after the first.
+        mac_us_per_mmac: Saved per million multiply-adds by an engine's kernels.
+    """
+
+    hop_us: float = 50.0
+    op_us: float = 12.0
+    fuse_us_per_melem: float = 200.0
+    mac_us_per_mmac: float = 5.0
+
+
+def _prod(dims: Sequence[int]) -> int:
+    p = 1
+    for d in dims:
+        p *= int(d)
+    return p
+
+
+def _ints(raw: Optional[str]) -> Tuple[int, ...]:
+    """``"(3, 3)"`` / ``"[3,3]"`` / ``"3"`` -> ``(3, 3)`` / ``(3, 3)`` / ``(3,)``; empty for None."""
+    if raw is None:
+        return ()
+    return tuple(int(x) for x in re.findall(r"-?\d+", str(raw)))
+
+
+def _int(raw: Optional[str], default: int) -> int:
+    vals = _ints(raw)
+    return vals[0] if vals else default
+
+
+def _bool(raw: Optional[str], default: bool) -> bool:
+    if raw is None:
+        return default
+    return str(raw).strip().lower() in ("1", "true")
+
+
+def _channel_axis(attrs: Mapping[str, str], rank: int) -> int:
+    layout = attrs.get("layout")
+    if layout and layout not in ("None", "") and layout.endswith("C"):
+        return rank - 1
+    return 1
+
+
+def estimate_macs(op: str, attrs: Mapping[str, str], in_shapes: Sequence[Optional[Shape]],
+                  out_shapes: Sequence[Optional[Shape]]) -> int:
+    """Multiply-adds of one operator, estimated from its shapes.
+
+    Only the operators whose cost dominates a network are counted; every other
+    operator counts as 0.
+
+    * ``Convolution``: output elements x (input channels / groups) x kernel volume.
+    * ``Deconvolution``: input elements x (filters / groups) x kernel volume.
+    * ``FullyConnected``: rows x input features x ``num_hidden`` (rows and
+      features follow ``flatten``).
+    * ``dot`` / ``batch_dot`` / ``linalg_gemm2``: output elements x the contracted dimension.
+    * The interleaved attention matmuls: output elements x the head size.
+
+    Returns:
+        The estimate; 0 when a needed shape is unknown.
+    """
+    data = in_shapes[0] if in_shapes else None
+    out = out_shapes[0] if out_shapes else None
+    if op in ("Convolution", "_npx_convolution"):
+        if data is None or out is None:
+            return 0
+        groups = max(1, _int(attrs.get("num_group"), 1))
+        in_ch = data[_channel_axis(attrs, len(data))]
+        return _prod(out) * (in_ch // groups) * _prod(_ints(attrs.get("kernel")))
+    if op in ("Deconvolution", "_npx_deconvolution"):
+        if data is None:
+            return 0
+        groups = max(1, _int(attrs.get("num_group"), 1))
+        filters = _int(attrs.get("num_filter"), 0)
+        if not filters and out is not None:
+            filters = out[_channel_axis(attrs, len(out))]
+        return _prod(data) * (filters // groups) * _prod(_ints(attrs.get("kernel")))
+    if op in ("FullyConnected", "_npx_fully_connected"):
+        if data is None or not data:
+            return 0
+        hidden = _int(attrs.get("num_hidden"), 0)
+        if _bool(attrs.get("flatten"), True):
+            rows, feats = data[0], _prod(data[1:])
+        else:
+            rows, feats = _prod(data[:-1]), data[-1]
+        return rows * feats * hidden
+    if op in ("dot", "batch_dot", "_np_dot", "linalg_gemm2", "_linalg_gemm2"):
+        if data is None or out is None or not data:
+            return 0
+        if op == "batch_dot" or op.endswith("gemm2"):
+            k = data[-2] if _bool(attrs.get("transpose_a"), False) else data[-1]
+        else:
+            k = data[0] if _bool(attrs.get("transpose_a"), False) else data[-1]
+        return _prod(out) * k
+    if op.startswith("_contrib_interleaved_matmul"):
+        if data is None or out is None or len(data) < 3:
+            return 0
+        heads = max(1, _int(attrs.get("heads"), 1))
+        width = data[-1] // (3 if "selfatt" in op and "qk" in op else 1)
+        return _prod(out) * max(1, width // heads)
+    return 0
+
+
+def graph_macs(graph: Graph) -> Dict[int, int]:
+    """:func:`estimate_macs` of every operator node of ``graph``, by node id. O(V + E)."""
+    out: Dict[int, int] = {}
+    for n in graph.nodes:
+        if n.is_variable:
+            continue
+        ins = [graph.shapes.get(e) for e in n.inputs]
+        outs = [graph.shapes.get(Entry(n.id, k)) for k in range(n.num_outputs)]
+        out[n.id] = estimate_macs(n.op, n.attrs, ins, outs)
+    return out
+
+
+def subgraph_saving_us(graph: Graph, nodes: Sequence[int], macs: Mapping[int, int],
+                       model: CostModel = CostModel()) -> float:
+    """Estimated microseconds an engine saves over running ``nodes`` natively, before its hop. O(len(nodes))."""
+    elems = 0
+    for i, v in enumerate(sorted(nodes)):
+        if i == 0:
+            continue
+        shape = graph.shapes.get(Entry(v, 0))
+        elems += _prod(shape) if shape else 0
+    total_macs = sum(macs.get(v, 0) for v in nodes)
+    return (len(nodes) * model.op_us + elems / 1e6 * model.fuse_us_per_melem
+            + total_macs / 1e6 * model.mac_us_per_mmac)
+
+
+def worth_an_engine(graph: Graph, nodes: Sequence[int], macs: Mapping[int, int],
+                    model: CostModel = CostModel()) -> Optional[str]:
+    """``None`` when an engine for ``nodes`` should pay for itself, else why not.
+
+    Complexity: O(len(nodes)).
+    """
+    saving = subgraph_saving_us(graph, nodes, macs, model)
+    if saving >= model.hop_us:
+        return None
+    total = sum(macs.get(v, 0) for v in nodes)
+    return (f"in a subgraph of {len(nodes)} op{'s' if len(nodes) != 1 else ''} ({total:,} multiply-adds) that would "
+            f"save about {saving:.0f} us, less than the {model.hop_us:.0f} us an engine costs to run")
+
+
+def keep_worthwhile(graph: Graph, result: PartitionResult, model: CostModel = CostModel()) -> PartitionResult:
+    """``result`` without the subgraphs :func:`worth_an_engine` rejects; their operators stay native.
+
+    Dropping whole subgraphs keeps the others valid: contracting fewer node
+    sets cannot create a cycle. The kept subgraphs are renumbered in order.
+
+    Complexity: O(V + E).
+    """
+    macs = graph_macs(graph)
+    kept: List[Subgraph] = []
+    native = dict(result.native)
+    for sg in result.subgraphs:
+        why = worth_an_engine(graph, sg.nodes, macs, model)
+        if why is None:
+            kept.append(Subgraph(id=len(kept), name=f"trt_subgraph_{len(kept)}", nodes=sg.nodes))
+        else:
+            for v in sg.nodes:
+                native[v] = why
+    return PartitionResult(subgraphs=kept, native=native)

@@ -125,6 +125,9 @@ $(DEPS_STAMP): $(wildcard $(REQ)/*.txt) config.mk $(CONFIG_STAMP)
 	@$(VENV_PY) -c '$(PY_CHECK)'
 	$(PIP_INSTALL) -r $(REQ)/build.txt
 	$(PIP_INSTALL) $(addprefix -r ,$(SELECTED))
+	@# GluonCV and GluonNLP without their own pins (they would move numpy), then what they import.
+	$(PIP_INSTALL) --no-deps --no-build-isolation -r $(REQ)/models.txt
+	$(PIP_INSTALL) -r $(REQ)/models-runtime.txt
 	@# Extras switched off since the last install are removed, so the venv matches the switches.
 	@off="$$($(VENV_PY) -c '$(INSTALLED_OF)' $(UNSELECTED))"; \
 	if [ -n "$$off" ]; then echo "$(PIP) uninstall -y $$off"; $(PIP) uninstall -y $$off; fi

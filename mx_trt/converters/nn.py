@@ -1,4 +1,6 @@
-"""Converters for neural-network operators (convolution, pooling, normalisation, dense, activations, softmax).
+"""Converters for neural-network operators (convolution, normalisation, dense, activations).
+
+The softmax family, Embedding and LayerNorm live in :mod:`.nlp`.
 
 Every converter reproduces MXNet 1.9.1's *inference* semantics (``is_train=False``)
 with plain opset-17 ONNX operators that both ONNX Runtime and TensorRT's ONNX
@@ -177,96 +179,7 @@ def _leaky_relu(ctx: ConvContext) -> None:
         ctx.emit("PRelu", [x, g], [out])
 
 
-# -- softmax family --------------------------------------------------------------------
-
-
-def _check_softmax(spec: OpSpec) -> Optional[str]:
-    if spec.bool_("use_length", False):
-        return "use_length=True is not supported"
-    r = _check_float(spec)
-    if r:
-        return r
-    _norm_axis(_int(spec, "axis", -1), len(spec.in_shapes[0]))
-    t = spec.float_("temperature")
-    if t is not None and t == 0:
-        return "temperature=0 is not supported"
-    out_dt = spec.out_dtypes[0]
-    if out_dt != spec.in_dtypes[0] and not (out_dt == "float32" and spec.in_dtypes[0] == "float16"):
-        return f"dtype {out_dt} for a {spec.in_dtypes[0]} input is not supported"
-    return None
-
-
-def _softmax_like(ctx: ConvContext, op_type: str) -> None:
-    spec = ctx.spec
-    x = ctx.inputs[0]
-    if spec.out_dtypes[0] != spec.in_dtypes[0]:
-        # MXNet computes in the output dtype (fp16 -> fp32 only, see the validator).
-        x = ctx.emit("Cast", [x], to=1)[0]
-    t = spec.float_("temperature")
-    if t is not None and t != 1.0:
-        tc = ctx.const(np.asarray(t, dtype=np.dtype(spec.out_dtypes[0])), "temperature")
-        x = ctx.emit("Div", [x, tc])[0]
-    _softmax_nd(ctx, op_type, x, _int(spec, "axis", -1), ctx.outputs[0])
-
-
-def _softmax_nd(ctx: ConvContext, op_type: str, x: str, axis: int, out: str) -> None:
-    """``op_type`` (Softmax / LogSoftmax) over ``axis``; a 1-D input runs as a (1, n) view,
-    since TensorRT's softmax takes inputs of rank 2 or more."""
-    if len(ctx.spec.in_shapes[0]) != 1:
-        ctx.emit(op_type, [x], [out], axis=axis)
-        return
-    row = ctx.emit("Unsqueeze", [x, _int64s(ctx, [0], "row")])[0]
-    y = ctx.emit(op_type, [row], axis=1)[0]
-    ctx.emit("Squeeze", [y, _int64s(ctx, [0], "unrow")], [out])
-
-
-@register("softmax", "_npx_softmax", validator=_check_softmax)
-def _softmax(ctx: ConvContext) -> None:
-    _softmax_like(ctx, "Softmax")
-
-
-@register("log_softmax", "_npx_log_softmax", validator=_check_softmax)
-def _log_softmax(ctx: ConvContext) -> None:
-    _softmax_like(ctx, "LogSoftmax")
-
-
-def _check_softmax_output(spec: OpSpec) -> Optional[str]:
-    ndim = len(spec.in_shapes[0])
-    if spec.bool_("multi_output", False):
-        if ndim < 2:
-            return "multi_output=True needs an input with at least 2 dimensions"
-    elif not spec.bool_("preserve_shape", False) and ndim != 2:
-        # MXNet disagrees with itself here: its CPU (oneDNN) kernel takes the softmax over
-        # the last axis, its GPU kernel over all non-batch axes flattened.
-        return (
-            f"a {ndim}-D input without preserve_shape or multi_output is not supported "
-            "(MXNet's CPU and GPU results differ)"
-        )
-    return _check_float(spec)
-
-
-@register("SoftmaxOutput", "Softmax", validator=_check_softmax_output)
-def _softmax_output(ctx: ConvContext) -> None:
-    """Inference output only (the label input is ignored): softmax over axis 1 with
-    ``multi_output``, else over the last axis."""
-    axis = 1 if ctx.spec.bool_("multi_output", False) else -1
-    _softmax_nd(ctx, "Softmax", ctx.inputs[0], axis, ctx.outputs[0])
-
-
-def _check_softmax_activation(spec: OpSpec) -> Optional[str]:
-    mode = _str(spec, "mode", "instance")
-    if mode not in ("instance", "channel"):
-        return f"mode {mode!r} is not supported"
-    if mode == "channel" and len(spec.in_shapes[0]) < 3:
-        return "mode 'channel' needs an input with at least 3 dimensions"
-    return _check_float(spec)
-
-
-@register("SoftmaxActivation", validator=_check_softmax_activation)
-def _softmax_activation(ctx: ConvContext) -> None:
-    # 'instance' flattens to (prod(shape[:-1]), shape[-1]): a softmax over the last axis.
-    axis = 1 if _str(ctx.spec, "mode", "instance") == "channel" else -1
-    _softmax_nd(ctx, "Softmax", ctx.inputs[0], axis, ctx.outputs[0])
+# -- regression outputs (inference: the prediction itself) ------------------------------
 
 
 def _check_regression(spec: OpSpec) -> Optional[str]:
@@ -608,7 +521,7 @@ def _fully_connected(ctx: ConvContext) -> None:
         ctx.emit("MatMul", [x, wt], ctx.outputs)
 
 
-# -- LRN / InstanceNorm / LayerNorm / L2Normalization -----------------------------------
+# -- LRN / InstanceNorm / L2Normalization -----------------------------------------------
 
 
 def _check_lrn(spec: OpSpec) -> Optional[str]:
@@ -653,37 +566,6 @@ def _instance_norm(ctx: ConvContext) -> None:
     ctx.emit("InstanceNormalization", ctx.inputs[:3], ctx.outputs[:1], epsilon=_float(ctx.spec, "eps", 1e-3))
 
 
-def _check_layer_norm(spec: OpSpec) -> Optional[str]:
-    if spec.bool_("output_mean_var", False):
-        return "output_mean_var=True is not supported"
-    r = _check_float(spec) or _check_outputs(spec, 1)
-    if r:
-        return r
-    _norm_axis(_int(spec, "axis", -1), len(spec.in_shapes[0]))
-    return None
-
-
-@register("LayerNorm", "_npx_layer_norm", validator=_check_layer_norm)
-def _layer_norm(ctx: ConvContext) -> None:
-    spec = ctx.spec
-    x, gamma, beta = ctx.inputs[:3]
-    ndim = len(spec.in_shapes[0])
-    axis = _norm_axis(_int(spec, "axis", -1), ndim)
-    eps = _float(spec, "eps", 1e-5)
-    if axis == ndim - 1:
-        ctx.emit("LayerNormalization", [x, gamma, beta], ctx.outputs[:1], axis=-1, epsilon=eps)
-        return
-    # ONNX LayerNormalization normalizes over all axes from `axis` on; MXNet over one axis.
-    bshape = _channel_shape(spec.in_shapes[0][axis], axis, ndim)
-    mean = ctx.emit("ReduceMean", [x], axes=[axis], keepdims=1)[0]
-    d = ctx.emit("Sub", [x, mean])[0]
-    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [d, d])[0]], axes=[axis], keepdims=1)[0]
-    std = ctx.emit("Sqrt", [ctx.emit("Add", [var, _scalar(ctx, eps, "eps")])[0]])[0]
-    y = ctx.emit("Div", [d, std])[0]
-    y = ctx.emit("Mul", [y, _reshape(ctx, gamma, bshape)])[0]
-    ctx.emit("Add", [y, _reshape(ctx, beta, bshape)], ctx.outputs[:1])
-
-
 def _check_l2norm(spec: OpSpec) -> Optional[str]:
     mode = _str(spec, "mode", "instance")
     ndim = len(spec.in_shapes[0])
@@ -707,42 +589,3 @@ def _l2_normalization(ctx: ConvContext) -> None:
     ss = ctx.emit("ReduceSumSquare", [x], axes=axes, keepdims=1)[0]
     norm = ctx.emit("Sqrt", [ctx.emit("Add", [ss, _scalar(ctx, _float(spec, "eps", 1e-10), "eps")])[0]])[0]
     ctx.emit("Div", [x, norm], ctx.outputs[:1])
-
-
-# -- Embedding -------------------------------------------------------------------------
-
-
-def _check_embedding(spec: OpSpec) -> Optional[str]:
-    r = _check_float(spec, 1) or _check_outputs(spec, 1)
-    if r:
-        return r
-    if spec.in_dtypes[0] not in FLOAT_DTYPES + ("int32", "int64"):
-        return f"indices of dtype {spec.in_dtypes[0]} are not supported"
-    if len(spec.in_shapes[1]) != 2:
-        return f"weight must be 2-D, got {spec.in_shapes[1]}"
-    if spec.in_dtypes[0] in FLOAT_DTYPES and spec.in_shapes[1][0] > 1 << 24:
-        return f"input_dim {spec.in_shapes[1][0]} exceeds 2**24, past which float indices are not exact"
-    return None
-
-
-@register("Embedding", "_npx_embedding", validator=_check_embedding)
-def _embedding(ctx: ConvContext) -> None:
-    """weight[clip(int(x), 0, input_dim - 1)]: MXNet truncates, then clips out-of-range ids."""
-    spec = ctx.spec
-    idx, w = ctx.inputs[0], ctx.inputs[1]
-    rows = spec.in_shapes[1][0]
-    if spec.in_dtypes[0] in FLOAT_DTYPES:
-        if spec.in_dtypes[0] != "float32":
-            # float16 cannot hold every row number exactly (2049 already rounds).
-            idx = ctx.emit("Cast", [idx], to=1)[0]
-        # Clipping before the cast gives the same index (truncation is monotonic).
-        lo = ctx.const(np.asarray(0.0, np.float32), "lo")
-        hi = ctx.const(np.asarray(rows - 1, np.float32), "hi")
-        idx = ctx.emit("Clip", [idx, lo, hi])[0]
-        idx = ctx.emit("Cast", [idx], to=6)[0]  # INT32: what TensorRT gathers with
-    else:
-        if spec.in_dtypes[0] != "int32":
-            idx = ctx.emit("Cast", [idx], to=6)[0]
-        idx = ctx.emit("Max", [idx, ctx.const(np.asarray(0, np.int32), "lo")])[0]
-        idx = ctx.emit("Min", [idx, ctx.const(np.asarray(rows - 1, np.int32), "hi")])[0]
-    ctx.emit("Gather", [w, idx], ctx.outputs, axis=0)

@@ -716,9 +716,9 @@ REJECT_CASES = [
         "p_value=4 is not supported",
     ),
     (
-        "softmax_use_length",
+        "softmax_float_length",
         lambda: (mx.sym.softmax(D, mx.sym.Variable("len"), use_length=True, axis=-1, name="s"), {"data": (2, 5), "len": (2,)}),
-        "use_length=True is not supported",
+        "MXNet reads int32 or int64 lengths only",
     ),
     (
         "log_softmax_fp64_output",

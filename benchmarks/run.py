@@ -26,6 +26,10 @@ Sections (see benchmarks/README.md for the latest numbers):
    converts), with the ratios accelerated/whole (target <= 1.05 on CPU) and
    native/accelerated.
 
+5. ``models``: GluonCV and GluonNLP models at their real input sizes
+   (``benchmarks/bench_models.py``): the partition, and native MXNet against
+   the pass with the shipped cost rule and with an engine for every subgraph.
+
 Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
 ``pip install -r requirements/bench.txt``) and the tables on stdout.
 """
@@ -331,6 +335,12 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int =
 def render_tables(res: Dict[str, Any]) -> str:
     """The results as plain-text tables (also pasted into benchmarks/README.md)."""
     out: List[str] = []
+    if res.get("models"):
+        import bench_models
+
+        out.append("GluonCV and GluonNLP models, batch 1, real input sizes (median ms of alternating rounds)")
+        out.append(bench_models.render(res["models"]))
+        out.append("")
     if res.get("partition"):
         out.append("Partition pass, synthetic CNN-like graphs, 5% unsupported "
                    "(reference: one BFS + reverse BFS per unsupported node)")
@@ -519,9 +529,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed runs per end-to-end variant (default 10; quick 3)")
     ap.add_argument("--reference-max", type=int, default=20_000,
                     help="largest graph on which the O(K*V) reference runs (default 20000)")
-    ap.add_argument("--only", default="partition,bind,fused_node,end_to_end",
+    ap.add_argument("--only", default="partition,bind,fused_node,end_to_end,models",
                     help="comma-separated sections to run")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
+    ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
+                    "(default: all of benchmarks/bench_models.py)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for MXNet (OMP_NUM_THREADS) and each ONNX Runtime engine "
@@ -559,6 +571,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
         batches = (1,) if args.quick else BATCHES
         res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
+    if "models" in only:
+        import bench_models
+
+        names = args.thirdparty.split(",") if args.thirdparty else (
+            bench_models.QUICK if args.quick else tuple(bench_models._builders()))
+        res["models"] = bench_models.bench_models(names, 3 if args.quick else 5)
     res["seconds"] = time.perf_counter() - t0
     res["machine"]["loadavg_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     json_path = os.path.join(args.out, "results.json")

@@ -1,0 +1,166 @@
+"""GluonCV and GluonNLP models at their real input sizes: partition, and native against accelerated.
+
+For each model, in one process, with seeded random weights: the partition
+(operators in engines, number of engines, operators left native and why) and
+the median forward latency of
+
+* ``native``: MXNet alone (what "never make an engine" gives);
+* ``cost``: the pass with the shipped rule (``passes/cost.py``: a subgraph
+  becomes an engine when its estimated saving beats an engine's run cost);
+* ``always``: the pass making an engine of every subgraph, one operator or more
+  (``MXNET_TENSORRT_ENGINE_RULE=always``, ``MXNET_TENSORRT_MIN_SUBGRAPH_SIZE=1``).
+
+The three executors are bound first and then timed in alternating rounds, so
+that load on the machine falls on all of them alike.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+logger = logging.getLogger("benchmarks.models")
+
+#: name -> (builder, input description). Real sizes, batch 1.
+def _builders() -> Dict[str, Tuple[Callable[[], Any], str]]:
+    from tests.models.thirdparty import bert_model, gluoncv_model
+
+    return {
+        "ssd_512_resnet50_v1_voc": (lambda: gluoncv_model("ssd_512_resnet50_v1_voc", "detection", (512, 512)), "1x3x512x512"),
+        "ssd_512_mobilenet1.0_voc": (lambda: gluoncv_model("ssd_512_mobilenet1.0_voc", "detection", (512, 512)), "1x3x512x512"),
+        "yolo3_darknet53_voc": (lambda: gluoncv_model("yolo3_darknet53_voc", "detection", (416, 416)), "1x3x416x416"),
+        "yolo3_mobilenet1.0_voc": (lambda: gluoncv_model("yolo3_mobilenet1.0_voc", "detection", (416, 416)), "1x3x416x416"),
+        "faster_rcnn_resnet50_v1b_voc": (lambda: gluoncv_model("faster_rcnn_resnet50_v1b_voc", "detection", (480, 640)),
+                                         "1x3x480x640"),
+        "fcn_resnet50_voc": (lambda: gluoncv_model("fcn_resnet50_voc", "segmentation", (480, 480), aux=False,
+                                                   base_size=480, crop_size=480), "1x3x480x480"),
+        "psp_resnet50_ade": (lambda: gluoncv_model("psp_resnet50_ade", "segmentation", (480, 480), aux=False,
+                                                   base_size=480, crop_size=480), "1x3x480x480"),
+        "deeplab_resnet50_ade": (lambda: gluoncv_model("deeplab_resnet50_ade", "segmentation", (480, 480), aux=False,
+                                                       base_size=480, crop_size=480), "1x3x480x480"),
+        "simple_pose_resnet18_v1b": (lambda: gluoncv_model("simple_pose_resnet18_v1b", "pose", (256, 192)), "1x3x256x192"),
+        "i3d_resnet50_v1_kinetics400": (lambda: gluoncv_model("i3d_resnet50_v1_kinetics400", "video", (224, 224), video=8),
+                                        "1x3x8x224x224"),
+        "bert_12_768_12": (lambda: bert_model(seq_len=128), "1x128 tokens"),
+    }
+
+
+QUICK = ("simple_pose_resnet18_v1b", "ssd_512_mobilenet1.0_voc")
+
+VARIANTS: Dict[str, Optional[Dict[str, Optional[str]]]] = {
+    "native": None,
+    "cost": {"MXNET_TENSORRT_ENGINE_RULE": "cost", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": None},
+    "always": {"MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": "1"},
+}
+
+
+def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]]) -> Tuple[Any, Any]:
+    import mxnet as mx
+
+    import mx_trt
+    from mx_trt.settings import env_override
+
+    if env is None:
+        with mx_trt.hook.disabled():
+            exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes, **model.shapes)
+        exe.copy_params_from(model.args, model.aux, allow_extra_params=True)
+        info = None
+    else:
+        with env_override({"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_STRICT": "1", "MXNET_TENSORRT_CACHE_DIR": "",
+                           **env}):
+            exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes,
+                                        shared_buffer=model.params, **model.shapes)
+        info = mx_trt.bind_info(exe)
+    for k, v in model.inputs.items():
+        exe.arg_dict[k][:] = v
+    return exe, info
+
+
+def _forward(exe: Any) -> float:
+    t = time.perf_counter()
+    exe.forward(is_train=False)
+    for o in exe.outputs:
+        o.wait_to_read()
+    return (time.perf_counter() - t) * 1e3
+
+
+def _native_reasons(info: Any, limit: int = 6) -> List[str]:
+    g = info.plan.graph
+    by_op: Dict[str, Tuple[int, str]] = {}
+    for v, why in info.plan.partition.native.items():
+        op = g.nodes[v].op
+        n, first = by_op.get(op, (0, why))
+        by_op[op] = (n + 1, first)
+    rows = [f"{op} x{n}: {why}" for op, (n, why) in sorted(by_op.items(), key=lambda kv: -kv[1][0])]
+    return rows[:limit] + ([f"... {len(rows) - limit} more op types"] if len(rows) > limit else [])
+
+
+def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[str, Any]]:
+    """One row per model; see the module docstring."""
+    from mx_trt import engines
+
+    builders = _builders()
+    rows: List[Dict[str, Any]] = []
+    for name in names:
+        build, desc = builders[name]
+        t0 = time.perf_counter()
+        model = build()
+        logger.info("%s (%s) built in %.1f s", name, desc, time.perf_counter() - t0)
+        exes: Dict[str, Any] = {}
+        infos: Dict[str, Any] = {}
+        bind_s: Dict[str, float] = {}
+        for variant, env in VARIANTS.items():
+            t = time.perf_counter()
+            exes[variant], infos[variant] = _bind(model, env)
+            bind_s[variant] = time.perf_counter() - t
+        times: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+        for v, exe in exes.items():
+            for _ in range(warmup):
+                _forward(exe)
+        for _ in range(runs):
+            for v, exe in exes.items():
+                times[v].append(_forward(exe))
+        med = {v: statistics.median(ts) for v, ts in times.items()}
+        info = infos["cost"]
+        inside, total = info.plan.op_counts()
+        row = {
+            "model": name, "input": desc, "ops": total, "ops_in_engines": inside,
+            "engines": {v: len(infos[v].engines) for v in VARIANTS if infos[v] is not None},
+            "partitions": {v: sorted(sg.nodes for sg in infos[v].plan.partition.subgraphs)
+                           for v in VARIANTS if infos[v] is not None},
+            "native_ops": _native_reasons(info),
+            "median_ms": med, "bind_s": bind_s,
+            "native/cost": med["native"] / med["cost"], "always/cost": med["always"] / med["cost"],
+        }
+        logger.info("%s: %d/%d ops in %d engines; native %.1f ms, cost %.1f ms, always %.1f ms", name, inside, total,
+                    row["engines"]["cost"], med["native"], med["cost"], med["always"])
+        rows.append(row)
+        row["partitions"] = {v: [list(p) for p in ps] for v, ps in row["partitions"].items()}
+        del exes, infos, model
+        engines.clear_pool()
+        gc.collect()
+    return rows
+
+
+def render(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown tables: the partition, and the three rules side by side."""
+    out = ["| model | input | ops in engines | engines | left native (reason) | native ms | accelerated ms | native/accelerated |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        native = "<br>".join(r["native_ops"]) or "none"
+        m = r["median_ms"]
+        out.append(f"| {r['model']} | {r['input']} | {r['ops_in_engines']} of {r['ops']} | {r['engines']['cost']} | "
+                   f"{native} | {m['native']:.1f} | {m['cost']:.1f} | {r['native/cost']:.2f} |")
+    out += ["", "| model | never (native) ms | always: engines, ms | cost rule: engines, ms | best |",
+            "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        m, e = r["median_ms"], r["engines"]
+        if r["partitions"]["always"] == r["partitions"]["cost"]:
+            best = "same partition"
+        else:
+            best = {"native": "never", "cost": "cost rule", "always": "always"}[min(m, key=m.get)]
+        out.append(f"| {r['model']} | {m['native']:.1f} | {e['always']}, {m['always']:.1f} | {e['cost']}, {m['cost']:.1f} | "
+                   f"{best} |")
+    return "\n".join(out)

@@ -1,0 +1,111 @@
+"""GluonCV and GluonNLP models, accelerated against native MXNet (random weights, small inputs).
+
+For each model (built offline by ``tests/models/thirdparty.py``):
+
+* it binds with the pass on and the shipped defaults, strictly (a failure of the
+  pass fails the test instead of falling back);
+* every engine, fed native MXNet's values of its inputs, gives native's values
+  of its outputs (``tests/models/compare.py``: fp32, ``|got - ref| <= 1e-4 +
+  1e-3 * max|ref|`` per tensor, integers exactly);
+* the final outputs equal native's within the same tolerance. Detection outputs
+  are compared as sets of rows, since detections that tie in score may come in
+  another order; models whose NMS turns float rounding into different
+  detections (two-stage detectors with random weights) are held to the engine
+  check, and their final outputs to shape and dtype;
+* the partition meets the model's target: at most ``max_engines`` engines, and
+  only the operators listed in ``native`` left to MXNet.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet
+
+import mxnet as mx
+import pytest
+
+import mx_trt
+from tests.models.compare import check_engines, compare_outputs
+from tests.models.thirdparty import MODELS
+
+#: NMS-like post-processing: stays native by design (see the README).
+NMS = frozenset({"_contrib_box_nms", "_contrib_box_non_maximum_suppression", "MultiBoxDetection",
+                 "_contrib_Proposal", "_contrib_MultiProposal"})
+
+
+@dataclass(frozen=True)
+class Target:
+    max_engines: int
+    native: FrozenSet[str] = frozenset()
+    #: Final outputs compared (as sets for detection); False: engines checked, outputs only by shape.
+    outputs: bool = True
+    as_sets: bool = False
+
+
+TARGETS: Dict[str, Target] = {
+    "ssd_resnet50": Target(2, NMS, as_sets=True),
+    "ssd_mobilenet": Target(2, NMS, as_sets=True),
+    "yolo3_darknet53": Target(2, NMS, as_sets=True),
+    "yolo3_mobilenet": Target(2, NMS, as_sets=True),
+    "faster_rcnn": Target(4, NMS, outputs=False),
+    "mask_rcnn": Target(5, NMS, outputs=False),
+    "fcn": Target(1),
+    "psp": Target(1),
+    "deeplab": Target(1),
+    "simple_pose": Target(1),
+    "i3d": Target(1),
+    "bert": Target(2),
+}
+
+
+def _native(model):
+    with mx_trt.hook.disabled():
+        exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes, **model.shapes)
+    exe.copy_params_from(model.args, model.aux, allow_extra_params=True)
+    for k, v in model.inputs.items():
+        exe.arg_dict[k][:] = v
+    return [o.asnumpy() for o in exe.forward(is_train=False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_model_matches_native(name, monkeypatch, default_engine_rule):
+    target = TARGETS[name]
+    t0 = time.perf_counter()
+    model = MODELS[name]()
+    ref = _native(model)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
+    exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes,
+                                shared_buffer=model.params, **model.shapes)
+    info = mx_trt.bind_info(exe)
+    assert info is not None and not info.native_failures, info and info.native_failures
+    for k, v in model.inputs.items():
+        exe.arg_dict[k][:] = v
+    got = [o.asnumpy() for o in exe.forward(is_train=False)]
+    assert all(f.run_count == 1 for f in info.engines)
+
+    graph = info.plan.graph
+    native_ops = {graph.nodes[v].op for v in info.plan.partition.native}
+    inside, total = info.plan.op_counts()
+    summary = f"{name}: {len(info.engines)} engines, {inside}/{total} ops inside, native {sorted(native_ops)}"
+    assert len(info.engines) <= target.max_engines, summary
+    assert native_ops <= target.native, summary + f"; reasons: {_reasons(info, native_ops - target.native)}"
+
+    bad = check_engines(model, exe)
+    assert not bad, "\n".join(bad)
+    if target.outputs:
+        bad = compare_outputs(ref, got, as_sets=target.as_sets)
+        assert not bad, "\n".join(bad)
+    else:
+        assert [(r.shape, r.dtype) for r in ref] == [(g.shape, g.dtype) for g in got]
+    print(f"{summary} ({time.perf_counter() - t0:.1f} s)")
+
+
+def _reasons(info, ops):
+    g = info.plan.graph
+    out = {}
+    for v, why in info.plan.partition.native.items():
+        if g.nodes[v].op in ops:
+            out.setdefault(g.nodes[v].op, why)
+    return out

@@ -310,3 +310,152 @@ def test_layer_norm_float16(kw):
     got, _ = run_onnx_whole(sym, shapes, args, aux, {"data": x}, dtypes=types)
     assert got[0].dtype == np.float16
     np.testing.assert_allclose(got[0].astype(np.float32), ref[0].astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+# -- validators: what is refused, and why --------------------------------------------------
+
+REJECT_CASES = [
+    ("softmax_float_length",
+     lambda: (mx.sym.softmax(D, mx.sym.Variable("len"), use_length=True, name="s"), {"data": (2, 5), "len": (2,)}, None),
+     "MXNet reads int32 or int64 lengths only"),
+    ("softmax_zero_temperature",
+     lambda: (mx.sym.softmax(D, temperature=0.0, name="s"), {"data": (2, 5)}, None), "temperature=0.0 is not supported"),
+    ("softmax_negative_temperature",
+     lambda: (mx.sym.log_softmax(D, temperature=-1.0, name="s"), {"data": (2, 5)}, None), "T <= 0"),
+    ("softmax_float64_output",
+     lambda: (mx.sym.softmax(D, dtype="float64", name="s"), {"data": (2, 5)}, None), "has dtype float64"),
+    ("selfatt_qk_float64",
+     lambda: (mx.sym.contrib.interleaved_matmul_selfatt_qk(D, heads=2, name="qk"), {"data": (3, 1, 12)}, {"data": "float64"}),
+     "input 0 has dtype float64"),
+    ("embedding_uint8_ids",
+     lambda: (mx.sym.Embedding(D, input_dim=4, output_dim=2, name="emb"), {"data": (3,)}, {"data": "uint8"}),
+     "indices of dtype uint8"),
+    ("layer_norm_mean_var",
+     lambda: (mx.sym.LayerNorm(D, output_mean_var=True, name="ln"), {"data": (2, 4)}, None), "output_mean_var=True"),
+]
+
+
+@pytest.mark.parametrize("name,build,expected", REJECT_CASES, ids=_ids(REJECT_CASES))
+def test_validator_rejects(name, build, expected):
+    sym, shapes, dtypes = build()
+    reason = reason_of(sym, shapes, dtypes)
+    assert reason is not None and expected in reason, reason
+
+
+SPEC_REJECT_CASES = [
+    # Combinations MXNet's own shape inference refuses or gets wrong, on hand-built specs.
+    ("selfatt_qk_heads_do_not_divide",
+     make_spec("_contrib_interleaved_matmul_selfatt_qk", dict(heads=5), [(3, 2, 12)], [(10, 3, 3)]),
+     "not a multiple of 3 x heads=5"),
+    ("selfatt_valatt_attention_of_other_heads",
+     make_spec("_contrib_interleaved_matmul_selfatt_valatt", dict(heads=2), [(3, 2, 12), (2, 3, 3)], [(3, 2, 4)]),
+     "expected (4, 3, 3)"),
+    ("encdec_qk_kv_width",
+     make_spec("_contrib_interleaved_matmul_encdec_qk", dict(heads=2), [(3, 2, 4), (5, 2, 6)], [(4, 3, 5)]),
+     "not a multiple of 2 x heads=2"),
+    ("encdec_valatt_attention_batch",
+     make_spec("_contrib_interleaved_matmul_encdec_valatt", dict(heads=2), [(5, 2, 8), (2, 3, 5)], [(3, 2, 4)]),
+     "expected (4, 5)"),
+    ("selfatt_qk_no_heads",
+     make_spec("_contrib_interleaved_matmul_selfatt_qk", dict(heads=0), [(3, 2, 12)], [(2, 3, 3)]), "heads=0"),
+    ("log_softmax_length_without_input",
+     make_spec("log_softmax", dict(use_length=True), [(2, 5)], [(2, 5)]), "needs 2 input(s)"),
+    ("softmax_length_wrong_shape",
+     make_spec("softmax", dict(use_length=True, axis=1), [(2, 5, 3), (2, 5)], [(2, 5, 3)], ("float32", "int32")),
+     "expected (2, 3)"),
+    ("embedding_output_dtype",
+     make_spec("Embedding", dict(input_dim=4, output_dim=2), [(3,), (4, 2)], [(3, 2)], ("int32", "float32"), ("float16",)),
+     "differs from the weight's float32"),
+    ("layer_norm_gamma_shape",
+     make_spec("LayerNorm", dict(axis=1), [(2, 4, 3), (3,), (3,)], [(2, 4, 3)]), "expected (4,)"),
+]
+
+
+@pytest.mark.parametrize("name,spec,expected", SPEC_REJECT_CASES, ids=_ids(SPEC_REJECT_CASES))
+def test_validator_rejects_spec(name, spec, expected):
+    reason = check(spec)
+    assert reason is not None and expected in reason, reason
+
+
+# -- TensorRT-RTX build gate (fp32 and fp16) ----------------------------------------------------
+
+
+def _var_int(name: str, dtype: str = "int32"):
+    return mx.sym.Variable(name, dtype=dtype)
+
+
+def _seq_first(x):
+    return mx.sym.transpose(x, axes=(1, 0, 2))
+
+
+def _gate_selfatt(length: bool = False, heads: int = 2):
+    """Batch-major in and out (the gate also builds batch-dynamic engines): (batch, seq, units)."""
+    qkv = mx.sym.FullyConnected(_seq_first(D), num_hidden=24, flatten=False, name="proj")
+    scores = mx.sym.contrib.interleaved_matmul_selfatt_qk(qkv, heads=heads, name="qk")
+    if length:
+        # GluonNLP's BERT: per-sequence lengths repeated for every head.
+        lens = mx.sym.broadcast_axis(mx.sym.reshape(_var_int("length"), shape=(-1, 1, 1)), axis=1, size=heads)
+        lens = mx.sym.broadcast_like(lens, mx.sym.reshape(scores, shape=(-1, heads, 0), reverse=True),
+                                     lhs_axes=(2,), rhs_axes=(2,))
+        att = mx.sym.softmax(scores, mx.sym.reshape(lens, shape=(-1, 0), reverse=True), use_length=True, name="sm")
+    else:
+        att = mx.sym.softmax(scores, name="sm")
+    return _seq_first(mx.sym.contrib.interleaved_matmul_selfatt_valatt(qkv, att, heads=heads, name="va"))
+
+
+def _gate_encdec(heads: int = 2):
+    q, kv = _seq_first(D), _seq_first(mx.sym.Variable("kv"))
+    scores = mx.sym.contrib.interleaved_matmul_encdec_qk(q, kv, heads=heads, name="qk")
+    att = mx.sym.softmax(scores, name="sm")
+    return _seq_first(mx.sym.contrib.interleaved_matmul_encdec_valatt(kv, att, heads=heads, name="va"))
+
+
+GATE_CASES = [
+    ("selfatt", lambda: (_gate_selfatt(), {"data": (2, 5, 8)})),
+    ("selfatt_length", lambda: (_gate_selfatt(length=True), {"data": (2, 5, 8), "length": (2,)})),
+    ("encdec", lambda: (_gate_encdec(), {"data": (2, 4, 8), "kv": (2, 6, 16)})),
+    ("softmax_length_int64_axis1", lambda: (mx.sym.softmax(D, _var_int("length", "int64"), axis=1, use_length=True,
+                                                           temperature=2.0, name="s"), {"data": (2, 5, 3), "length": (2, 3)})),
+    ("softmax_length_axis0", lambda: (mx.sym.softmax(D, _var_int("length"), axis=0, use_length=True, name="s"),
+                                      {"data": (4, 5), "length": (5,)})),
+    ("log_softmax_temperature", lambda: (mx.sym.log_softmax(D, temperature=0.5, name="s"), {"data": (3, 6)})),
+    ("softmax_to_float16", lambda: (mx.sym.softmax(D, dtype="float16", name="s"), {"data": (3, 6)})),
+    ("softmax_output", lambda: (mx.sym.SoftmaxOutput(D, multi_output=True, name="so"),
+                                {"data": (2, 4, 5), "so_label": (2, 5)})),
+    ("softmax_activation", lambda: (mx.sym.SoftmaxActivation(D, mode="channel", name="sa"), {"data": (2, 3, 4)})),
+    ("gelu", lambda: (mx.sym.LeakyReLU(D, act_type="gelu", name="g"), {"data": (2, 3, 8)})),
+    ("erf", lambda: (mx.sym.erf(D, name="e"), {"data": (2, 9)})),
+    ("embedding_float_ids", lambda: (mx.sym.Embedding(D, input_dim=30, output_dim=4, name="emb"), {"data": (2, 5)})),
+    ("embedding_int32_ids", lambda: (mx.sym.Embedding(_var_int("data"), input_dim=30, output_dim=4, name="emb"),
+                                     {"data": (2, 5)})),
+    ("embedding_int64_ids", lambda: (mx.sym.Embedding(_var_int("data", "int64"), input_dim=30, output_dim=4, name="emb"),
+                                     {"data": (2, 5)})),
+    ("layer_norm_last", lambda: (mx.sym.LayerNorm(D, eps=1e-12, name="ln"), {"data": (2, 5, 8)})),
+    ("layer_norm_axis1", lambda: (mx.sym.LayerNorm(D, axis=1, name="ln"), {"data": (2, 5, 8)})),
+]
+
+
+@pytest.fixture(scope="module")
+def rtx() -> TensorRTRTXBackend:
+    reason = TensorRTRTXBackend.build_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"the TensorRT build gate needs TensorRT-RTX, which is missing: {reason}")
+    return TensorRTRTXBackend()
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name,build", GATE_CASES, ids=_ids(GATE_CASES))
+def test_trt_rtx_gate(name, build, fp16, rtx, monkeypatch):
+    """Every operator of the graph goes into an engine, which TensorRT-RTX parses and builds."""
+    from tests.test_trt_rtx_gate import gate
+
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
+    sym, shapes = build()
+    args, aux = random_params(sym, shapes)
+    params = {**args, **aux}
+    plan = analyze(sym, shapes, params, Settings.from_env(), rtx)
+    native = {plan.graph.nodes[i].op: why for i, why in plan.reasons.items()}
+    assert not native, native
+    inside = sum(len(sg.nodes) for sg in plan.partition.subgraphs)
+    assert inside == len(plan.graph.op_nodes()) > 0
+    assert gate(name, sym, shapes, params, rtx, fp16)["subgraphs"] >= 1

@@ -15,144 +15,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ConversionError
-from .common import int64s as _i64, norm_axis as _norm_axis, reshape as _reshape
+from .common import MOVE_DTYPES as _MOVE_DTYPES
+from .common import cast as _cast, check_dtypes as _check_dtypes, expect_shape as _expect_shape
+from .common import identity as _identity, int64s as _i64, nonzero as _nonzero, norm_axis as _norm_axis
+from .common import outs as _out, reshape as _reshape, same_dtypes as _same_dtypes, scalar_const as _scalar
+from .common import slice_ as _slice, squeeze as _squeeze, trunc as _toward_zero, unsqueeze as _unsqueeze
+from .common import validator as _validator
 from .registry import FLOAT_DTYPES, ConvContext, OpSpec, Shape, Validator, register
 
-# ONNX TensorProto element types by numpy name; fixed by the ONNX spec, spelled out
-# so this module imports without onnx.
-_ONNX_DTYPE: Dict[str, int] = {
-    "float32": 1,
-    "uint8": 2,
-    "int8": 3,
-    "int32": 6,
-    "int64": 7,
-    "bool": 9,
-    "float16": 10,
-    "float64": 11,
-}
-
-#: TensorRT handles at most this many dimensions.
-_MAX_RANK = 8
-#: Pure data movement is exact for any element type TensorRT supports natively.
-_MOVE_DTYPES = FLOAT_DTYPES + ("int32",)
-#: TensorRT's TopK accepts k up to this value.
-_TRT_MAX_TOPK = 3840
-
-
-# ----------------------------------------------------------------------------------------
-# Validator building blocks
-# ----------------------------------------------------------------------------------------
-def _check_ranks(spec: OpSpec) -> Optional[str]:
-    """Reject rank-0 shapes (MXNet's legacy "unknown") and ranks TensorRT cannot hold."""
-    for kind, shapes in (("input", spec.in_shapes), ("output", spec.out_shapes)):
-        for i, s in enumerate(shapes):
-            if s is None:
-                return f"{kind} {i} has an unknown shape"
-            if len(s) == 0:
-                return f"{kind} {i} has rank 0, which MXNet's legacy shape semantics treat as unknown"
-            if len(s) > _MAX_RANK:
-                return f"{kind} {i} has rank {len(s)}; TensorRT supports at most {_MAX_RANK} dimensions"
-    return None
-
-
-def _check_dtypes(
-    spec: OpSpec,
-    allowed: Sequence[str] = FLOAT_DTYPES,
-    inputs: Optional[Sequence[int]] = None,
-    outputs: bool = True,
-) -> Optional[str]:
-    """Require the dtypes of ``inputs`` (default all) and of the outputs to be in ``allowed``."""
-    idx = range(len(spec.in_dtypes)) if inputs is None else inputs
-    for i in idx:
-        if i < len(spec.in_dtypes) and spec.in_dtypes[i] not in allowed:
-            return f"input {i} has dtype {spec.in_dtypes[i]}; supported: {', '.join(allowed)}"
-    if outputs:
-        for i, d in enumerate(spec.out_dtypes):
-            if d not in allowed:
-                return f"output {i} has dtype {d}; supported: {', '.join(allowed)}"
-    return None
-
-
-def _validator(*checks: Validator, dtypes: Optional[Sequence[str]] = FLOAT_DTYPES) -> Validator:
-    """Combine the rank check, a dtype check over all inputs/outputs and ``checks``.
-
-    ``dtypes=None`` leaves dtype checking to ``checks``.
-    """
-
-    def validate(spec: OpSpec) -> Optional[str]:
-        reason = _check_ranks(spec)
-        if reason:
-            return reason
-        if dtypes is not None:
-            reason = _check_dtypes(spec, dtypes)
-            if reason:
-                return reason
-        for c in checks:
-            reason = c(spec)
-            if reason:
-                return reason
-        return None
-
-    return validate
-
-
 _MOVE = _validator(dtypes=_MOVE_DTYPES)
-
-
-def _same_dtypes(spec: OpSpec) -> Optional[str]:
-    if len(set(spec.in_dtypes)) > 1:
-        return f"inputs have different dtypes {list(spec.in_dtypes)}"
-    return None
-
-
-def _expect_shape(spec: OpSpec, computed: Sequence[int], k: int = 0) -> Optional[str]:
-    """Cross-check a shape computed from the attributes against MXNet's inference."""
-    if tuple(computed) != tuple(spec.out_shapes[k]):
-        return f"computed output shape {tuple(computed)} differs from MXNet's {tuple(spec.out_shapes[k])}"
-    return None
-
-
-# ----------------------------------------------------------------------------------------
-# Emission helpers
-# ----------------------------------------------------------------------------------------
-def _scalar(ctx: ConvContext, value: float, dtype: str, rank: int, hint: str = "scalar") -> str:
-    """A constant of shape ``(1,) * rank``: same rank as its partner (TensorRT-friendly broadcast)."""
-    return ctx.const(np.full((1,) * rank, value, dtype=np.dtype(dtype)), hint)
-
-
-def _out(out: Optional[str]) -> Optional[List[str]]:
-    return None if out is None else [out]
-
-
-def _cast(ctx: ConvContext, x: str, dtype: str, out: Optional[str] = None) -> str:
-    return ctx.emit("Cast", [x], _out(out), to=_ONNX_DTYPE[dtype])[0]
-
-
-def _unsqueeze(ctx: ConvContext, x: str, axes: Sequence[int], out: Optional[str] = None) -> str:
-    return ctx.emit("Unsqueeze", [x, _i64(ctx, axes, "axes")], _out(out))[0]
-
-
-def _squeeze(ctx: ConvContext, x: str, axes: Sequence[int], out: Optional[str] = None) -> str:
-    return ctx.emit("Squeeze", [x, _i64(ctx, axes, "axes")], _out(out))[0]
-
-
-def _identity(ctx: ConvContext, x: str, out: Optional[str] = None) -> str:
-    return ctx.emit("Identity", [x], _out(out))[0]
-
-
-def _slice(
-    ctx: ConvContext,
-    x: str,
-    axes: Sequence[int],
-    starts: Sequence[int],
-    ends: Sequence[int],
-    steps: Sequence[int],
-    out: Optional[str] = None,
-) -> str:
-    if not axes:
-        return _identity(ctx, x, out)
-    ins = [x, _i64(ctx, starts, "starts"), _i64(ctx, ends, "ends"), _i64(ctx, axes, "axes"), _i64(ctx, steps, "steps")]
-    return ctx.emit("Slice", ins, _out(out))[0]
 
 
 def _reduce(ctx: ConvContext, op: str, x: str, axes: Sequence[int], keepdims: bool, out: Optional[str] = None) -> str:
@@ -179,12 +50,6 @@ def _bool_to(ctx: ConvContext, b: str, out: str) -> None:
     _cast(ctx, b, ctx.spec.out_dtypes[0], out)
 
 
-def _nonzero(ctx: ConvContext, x: str, dtype: str, rank: int) -> str:
-    """``x != 0`` as bool (NaN counts as true, as C's truthiness)."""
-    eq = ctx.emit("Equal", [x, _scalar(ctx, 0, dtype, rank, "zero")])[0]
-    return ctx.emit("Not", [eq])[0]
-
-
 # ----------------------------------------------------------------------------------------
 # Elementwise and broadcast binary operators
 # ----------------------------------------------------------------------------------------
@@ -197,6 +62,13 @@ def _check_broadcast(spec: OpSpec) -> Optional[str]:
 
 
 _BINARY_VALIDATOR = _validator(_same_dtypes, _check_broadcast)
+#: Integer tensors (shape arithmetic in detection/NLP graphs) take the ops whose integer
+#: result is the same in MXNet (C arithmetic on the type) and in every backend:
+#: +, -, *, max, min, comparisons and logic. Overflow wraps in practice (C leaves it
+#: undefined). Division (C truncation; TensorRT does not document its integer
+#: rounding), power and hypot (MXNet computes them in float) stay float-only.
+_INT_BINARY_VALIDATOR = _validator(_same_dtypes, _check_broadcast, dtypes=_MOVE_DTYPES)
+_INT_EXACT = ("Add", "Sub", "Mul", "Max", "Min")
 
 _ARITH: Dict[Tuple[str, ...], str] = {
     ("elemwise_add", "_plus", "_Plus", "_add", "_grad_add", "broadcast_add", "broadcast_plus"): "Add",
@@ -218,7 +90,8 @@ def _make_arith(onnx_op: str) -> Callable[[ConvContext], None]:
 
 
 for _names, _onnx_op in _ARITH.items():
-    register(*_names, validator=_BINARY_VALIDATOR)(_make_arith(_onnx_op))
+    _v = _INT_BINARY_VALIDATOR if _onnx_op in _INT_EXACT else _BINARY_VALIDATOR
+    register(*_names, validator=_v)(_make_arith(_onnx_op))
 
 
 def _compare(ctx: ConvContext, kind: str, a: str, b: str) -> str:
@@ -248,7 +121,7 @@ def _make_compare(kind: str) -> Callable[[ConvContext], None]:
 
 
 for _names, _kind in _COMPARE.items():
-    register(*_names, validator=_BINARY_VALIDATOR)(_make_compare(_kind))
+    register(*_names, validator=_INT_BINARY_VALIDATOR)(_make_compare(_kind))
 
 
 _LOGICAL: Dict[Tuple[str, ...], str] = {
@@ -271,7 +144,7 @@ def _make_logical(onnx_op: str) -> Callable[[ConvContext], None]:
 
 
 for _names, _onnx_op in _LOGICAL.items():
-    register(*_names, validator=_BINARY_VALIDATOR)(_make_logical(_onnx_op))
+    register(*_names, validator=_INT_BINARY_VALIDATOR)(_make_logical(_onnx_op))
 
 
 def _hypot(ctx: ConvContext, a: str, b: str, out: str) -> None:
@@ -332,10 +205,32 @@ def _check_scalar(spec: OpSpec) -> Optional[str]:
 _SCALAR_VALIDATOR = _validator(_check_scalar)
 
 
+def _check_int_scalar(spec: OpSpec) -> Optional[str]:
+    """On an integer tensor MXNet uses ``DType(scalar)``: truncated toward zero; it must fit the type."""
+    dt = spec.in_dtypes[0]
+    if dt in FLOAT_DTYPES:
+        return None
+    v = float(spec.float_("scalar", 1.0))  # type: ignore[arg-type]
+    info = np.iinfo(np.dtype(dt))
+    if not (math.isfinite(v) and info.min <= math.trunc(v) <= info.max):
+        return f"scalar {v} does not fit {dt} (its C conversion is undefined)"
+    return None
+
+
+#: Scalar ops exact on integer tensors (see _INT_BINARY_VALIDATOR).
+_INT_SCALAR_VALIDATOR = _validator(_check_scalar, _check_int_scalar, dtypes=_MOVE_DTYPES)
+
+
+def _scalar_value(spec: OpSpec) -> np.generic:
+    """MXNet's ``DType(alpha)``: rounded to the float type, or truncated toward zero for integers."""
+    v = float(spec.float_("scalar", 1.0))  # type: ignore[arg-type]
+    dt = np.dtype(spec.in_dtypes[0])
+    return dt.type(math.trunc(v)) if dt.kind in "iu" else dt.type(v)
+
+
 def _scalar_operand(ctx: ConvContext) -> str:
     """The ``scalar`` attribute cast to the input dtype, as MXNet's ``DType(alpha)``."""
-    value = np.dtype(ctx.spec.in_dtypes[0]).type(float(ctx.spec.float_("scalar", 1.0)))  # type: ignore[arg-type]
-    return _scalar(ctx, value, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]))
+    return _scalar(ctx, _scalar_value(ctx.spec), ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]))
 
 
 # name -> (ONNX op, scalar on the left?)
@@ -364,7 +259,8 @@ def _make_scalar_arith(onnx_op: str, reverse: bool) -> Callable[[ConvContext], N
 
 
 for _names, (_onnx_op, _rev) in _SCALAR_ARITH.items():
-    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_arith(_onnx_op, _rev))
+    _v = _INT_SCALAR_VALIDATOR if _onnx_op in _INT_EXACT else _SCALAR_VALIDATOR
+    register(*_names, validator=_v)(_make_scalar_arith(_onnx_op, _rev))
 
 _SCALAR_COMPARE: Dict[Tuple[str, ...], str] = {
     ("_equal_scalar", "_EqualScalar"): "eq",
@@ -385,7 +281,7 @@ def _make_scalar_compare(kind: str) -> Callable[[ConvContext], None]:
 
 
 for _names, _kind in _SCALAR_COMPARE.items():
-    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_compare(_kind))
+    register(*_names, validator=_INT_SCALAR_VALIDATOR)(_make_scalar_compare(_kind))
 
 _SCALAR_LOGICAL: Dict[Tuple[str, ...], str] = {
     ("_logical_and_scalar", "_LogicalAndScalar"): "And",
@@ -400,8 +296,7 @@ def _make_scalar_logical(onnx_op: str) -> Callable[[ConvContext], None]:
         rank = len(ctx.spec.in_shapes[0])
         a = _nonzero(ctx, ctx.inputs[0], dt, rank)
         # The scalar's truth value is known now (after MXNet's cast to the dtype; NaN is true).
-        value = np.dtype(dt).type(float(ctx.spec.float_("scalar", 1.0)))  # type: ignore[arg-type]
-        b = ctx.const(np.full((1,) * rank, bool(value != 0)), "scalar_nonzero")
+        b = ctx.const(np.full((1,) * rank, bool(_scalar_value(ctx.spec) != 0)), "scalar_nonzero")
         _bool_to(ctx, ctx.emit(onnx_op, [a, b])[0], ctx.outputs[0])
 
     convert.__doc__ = f"Tensor-scalar logical {onnx_op}, as 0/1 in the input dtype."
@@ -409,7 +304,7 @@ def _make_scalar_logical(onnx_op: str) -> Callable[[ConvContext], None]:
 
 
 for _names, _onnx_op in _SCALAR_LOGICAL.items():
-    register(*_names, validator=_SCALAR_VALIDATOR)(_make_scalar_logical(_onnx_op))
+    register(*_names, validator=_INT_SCALAR_VALIDATOR)(_make_scalar_logical(_onnx_op))
 
 
 @register("_hypot_scalar", "_HypotScalar", validator=_SCALAR_VALIDATOR)
@@ -565,9 +460,7 @@ def _rint(ctx: ConvContext) -> None:
 @register("fix", "trunc", validator=_UNARY_VALIDATOR)
 def _trunc(ctx: ConvContext) -> None:
     """Round toward zero: ceil for negatives, floor otherwise."""
-    x = ctx.inputs[0]
-    neg = ctx.emit("Less", [x, _scalar(ctx, 0, ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0]), "zero")])[0]
-    ctx.emit("Where", [neg, ctx.emit("Ceil", [x])[0], ctx.emit("Floor", [x])[0]], ctx.outputs)
+    _identity(ctx, _toward_zero(ctx, ctx.inputs[0], ctx.spec.in_dtypes[0], len(ctx.spec.in_shapes[0])), ctx.outputs[0])
 
 
 @register("log1p", validator=_UNARY_VALIDATOR)
@@ -621,25 +514,48 @@ def _logical_not(ctx: ConvContext) -> None:
     _bool_to(ctx, ctx.emit("Equal", [ctx.inputs[0], zero])[0], ctx.outputs[0])
 
 
-_CAST_INPUTS = FLOAT_DTYPES + ("int32", "uint8")
+#: Cast's types: those the engines hold, plus the 8-bit integers ONNX Runtime holds.
+_CAST_DTYPES = _MOVE_DTYPES + ("uint8", "int8")
 
 
 def _check_cast(spec: OpSpec) -> Optional[str]:
+    """Cast between float16/32 and int8/uint8/int32/int64, as MXNet 1.9.1 does it.
+
+    MXNet converts with C's ``static_cast``: float to integer truncates toward zero
+    (-2.5 -> -2, 2.5 -> 2, -0.5 -> 0). The converter emits that truncation itself
+    (Floor/Ceil) before the ONNX Cast, so no backend's Cast rounding matters for
+    values the target type holds: ONNX Runtime's Cast truncates as well, and
+    TensorRT's documentation shows truncation only by example (1.2 -> 1, 5.6 -> 5).
+
+    NaN, infinities and values outside the target range are undefined behaviour in
+    C. What the backends do with them (measured, float32 -> int32; 1e10, -1e10,
+    inf, nan): MXNet 1.9.1 CPU and ONNX Runtime 1.19 both give INT32_MIN (the x86
+    conversion's "integer indefinite"); TensorRT saturates (INT32_MAX for 1e10 and
+    +inf) and gives 0 for NaN, as CUDA's conversion and MXNet's GPU kernels do.
+    To int64 the same holds beyond +-2**63; 8-bit targets wrap the truncated value
+    through int32 on x86 (-2.5 -> 254 as uint8). Those inputs have no defined result
+    in MXNet and are not matched. Integer-to-integer narrowing wraps (two's complement)
+    in MXNet and ONNX Runtime.
+    """
     target = spec.str_("dtype")
-    if target not in FLOAT_DTYPES:
-        return f"Cast to {target} is not supported (only {', '.join(FLOAT_DTYPES)}: float-to-int rounding differs between backends)"
+    if target not in _CAST_DTYPES:
+        return f"Cast to {target} is not supported (only {', '.join(_CAST_DTYPES)})"
     if spec.out_dtypes[0] != target:
         return f"inferred output dtype {spec.out_dtypes[0]} differs from dtype={target}"
-    return _check_dtypes(spec, _CAST_INPUTS, outputs=False)
+    return _check_dtypes(spec, _CAST_DTYPES, outputs=False)
 
 
 @register("Cast", "cast", validator=_validator(_check_cast, dtypes=None))
 def _cast_op(ctx: ConvContext) -> None:
-    """Cast to float32/float16 (round to nearest even, as MXNet's GPU conversion)."""
-    if ctx.spec.in_dtypes[0] == ctx.spec.out_dtypes[0]:
-        _identity(ctx, ctx.inputs[0], ctx.outputs[0])
-    else:
-        _cast(ctx, ctx.inputs[0], ctx.spec.out_dtypes[0], ctx.outputs[0])
+    """Cast; float to integer truncates toward zero explicitly first (see :func:`_check_cast`)."""
+    src, dst = ctx.spec.in_dtypes[0], ctx.spec.out_dtypes[0]
+    x = ctx.inputs[0]
+    if src == dst:
+        _identity(ctx, x, ctx.outputs[0])
+        return
+    if src in FLOAT_DTYPES and dst not in FLOAT_DTYPES:
+        x = _toward_zero(ctx, x, src, len(ctx.spec.in_shapes[0]))
+    _cast(ctx, x, dst, ctx.outputs[0])
 
 
 @register("_contrib_div_sqrt_dim", validator=_UNARY_VALIDATOR)
@@ -1025,17 +941,6 @@ def _broadcast_to(ctx: ConvContext) -> None:
         ctx.emit("Expand", [ctx.inputs[0], _i64(ctx, oshape, "shape")], ctx.outputs)
 
 
-@register("broadcast_like", validator=_validator(_check_expandable, dtypes=None))
-def _broadcast_like(ctx: ConvContext) -> None:
-    """Expand lhs to the output shape; without axes that is rhs's runtime shape."""
-    oshape = ctx.spec.out_shapes[0]
-    if tuple(ctx.spec.in_shapes[1]) == tuple(oshape):
-        target = ctx.emit("Shape", [ctx.inputs[1]])[0]
-    else:
-        target = _i64(ctx, oshape, "shape")
-    ctx.emit("Expand", [ctx.inputs[0], target], ctx.outputs)
-
-
 def _tile_reps(spec: OpSpec) -> Tuple[List[int], List[int]]:
     """Input shape promoted to the output rank, and reps of the same length."""
     ishape = list(spec.in_shapes[0])
@@ -1097,88 +1002,6 @@ def _repeat(ctx: ConvContext) -> None:
     wide = ishape[: ax + 1] + [r] + ishape[ax + 1 :]
     y = ctx.emit("Expand", [_unsqueeze(ctx, x, [ax + 1]), _i64(ctx, wide, "shape")])[0]
     _reshape(ctx, y, ctx.spec.out_shapes[0], ctx.outputs[0])
-
-
-def _make_fill(value: float) -> Callable[[ConvContext], None]:
-    def convert(ctx: ConvContext) -> None:
-        shape = ctx.emit("Shape", [ctx.inputs[0]])[0]
-        fill = np.array([value], dtype=np.dtype(ctx.spec.out_dtypes[0]))
-        ctx.emit("ConstantOfShape", [shape], ctx.outputs, value=fill)
-
-    convert.__doc__ = f"A tensor of {value} with the input's shape (ConstantOfShape of Shape)."
-    return convert
-
-
-register("zeros_like", validator=_MOVE)(_make_fill(0.0))
-register("ones_like", validator=_MOVE)(_make_fill(1.0))
-
-
-# ----------------------------------------------------------------------------------------
-# Indexing: where, take
-# ----------------------------------------------------------------------------------------
-def _check_where(spec: OpSpec) -> Optional[str]:
-    cshape, xshape, yshape = (tuple(s) for s in spec.in_shapes)
-    if xshape != yshape:
-        return f"x {xshape} and y {yshape} differ in shape"
-    if cshape != xshape and not (len(cshape) == 1 and cshape[0] == xshape[0]):
-        return f"condition shape {cshape} is neither {xshape} nor ({xshape[0]},)"
-    return (
-        _check_dtypes(spec, _MOVE_DTYPES, inputs=[0], outputs=False)
-        or _check_dtypes(spec, _MOVE_DTYPES, inputs=[1, 2])
-        or (None if spec.in_dtypes[1] == spec.in_dtypes[2] else "x and y have different dtypes")
-    )
-
-
-@register("where", validator=_validator(_check_where, dtypes=None))
-def _where(ctx: ConvContext) -> None:
-    """``cond != 0 ? x : y``; a 1-D condition selects whole rows."""
-    cshape, xshape = ctx.spec.in_shapes[0], ctx.spec.in_shapes[1]
-    c = ctx.inputs[0]
-    if len(cshape) != len(xshape):
-        c = _reshape(ctx, c, [cshape[0]] + [1] * (len(xshape) - 1))
-    cond = _nonzero(ctx, c, ctx.spec.in_dtypes[0], len(xshape))
-    ctx.emit("Where", [cond, ctx.inputs[1], ctx.inputs[2]], ctx.outputs)
-
-
-def _take_axis(spec: OpSpec) -> int:
-    return _norm_axis(spec.int_("axis", 0) or 0, len(spec.in_shapes[0]))
-
-
-def _check_take(spec: OpSpec) -> Optional[str]:
-    mode = spec.str_("mode", "clip")
-    if mode != "clip":
-        return f"take mode={mode!r} is not supported (only 'clip': 'wrap' needs an integer modulo, 'raise' raises on bad indices)"
-    ax = _take_axis(spec)
-    a, idx = list(spec.in_shapes[0]), list(spec.in_shapes[1])
-    return (
-        _check_dtypes(spec, _MOVE_DTYPES, inputs=[0])
-        or _check_dtypes(spec, FLOAT_DTYPES + ("int32",), inputs=[1], outputs=False)
-        or _expect_shape(spec, a[:ax] + idx + a[ax + 1 :])
-    )
-
-
-@register("take", validator=_validator(_check_take, dtypes=None))
-def _take(ctx: ConvContext) -> None:
-    """Gather along ``axis`` with indices clipped to ``[0, n-1]`` (mode='clip').
-
-    MXNet truncates float indices toward zero, then clips. Truncation and floor agree
-    after clipping at 0, so ``clip(floor(i))`` is exact and integral before the cast.
-    """
-    ax = _take_axis(ctx.spec)
-    n = ctx.spec.in_shapes[0][ax]
-    idx = ctx.inputs[1]
-    rank = len(ctx.spec.in_shapes[1])
-    if ctx.spec.in_dtypes[1] in FLOAT_DTYPES:
-        if ctx.spec.in_dtypes[1] == "float16":
-            idx = _cast(ctx, idx, "float32")  # the bound n-1 may not be representable in half
-        lo = ctx.const(np.array(0, np.float32), "lo")
-        hi = ctx.const(np.array(n - 1, np.float32), "hi")
-        idx = ctx.emit("Clip", [ctx.emit("Floor", [idx])[0], lo, hi])[0]
-        idx = _cast(ctx, idx, "int64")
-    else:
-        idx = ctx.emit("Max", [idx, ctx.const(np.full((1,) * rank, 0, np.int32), "lo")])[0]
-        idx = ctx.emit("Min", [idx, ctx.const(np.full((1,) * rank, n - 1, np.int32), "hi")])[0]
-    ctx.emit("Gather", [ctx.inputs[0], idx], ctx.outputs, axis=ax)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1294,114 +1117,6 @@ def _gemm2(ctx: ConvContext) -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Search: argmax / argmin / topk
-# ----------------------------------------------------------------------------------------
-def _arg_axis(spec: OpSpec) -> Optional[int]:
-    """Normalised axis, or None for MXNet's global (flattened) search."""
-    nd = len(spec.in_shapes[0])
-    axis = 1 if spec.op == "argmax_channel" else spec.int_("axis")
-    if axis is None or nd == 1:
-        return None
-    return _norm_axis(axis, nd)
-
-
-def _check_arg(spec: OpSpec) -> Optional[str]:
-    ishape = list(spec.in_shapes[0])
-    ax = _arg_axis(spec)
-    keep = spec.op != "argmax_channel" and spec.bool_("keepdims")
-    if ax is None:
-        shape = [1] * len(ishape) if keep else [1]
-    elif keep:
-        shape = ishape[:ax] + [1] + ishape[ax + 1 :]
-    else:
-        shape = ishape[:ax] + ishape[ax + 1 :]
-    return _expect_shape(spec, shape)
-
-
-def _make_arg(onnx_op: str) -> Callable[[ConvContext], None]:
-    def convert(ctx: ConvContext) -> None:
-        ax = _arg_axis(ctx.spec)
-        oshape = tuple(ctx.spec.out_shapes[0])
-        x = ctx.inputs[0]
-        if ax is None:
-            # A global search runs on a (1, n) view: TensorRT's ArgMax/ArgMin needs rank >= 2.
-            x = _reshape(ctx, x, [1, int(np.prod(ctx.spec.in_shapes[0]))])
-            idx = ctx.emit(onnx_op, [x], axis=1, keepdims=1)[0]
-        else:
-            keep = ctx.spec.op != "argmax_channel" and ctx.spec.bool_("keepdims")
-            idx = ctx.emit(onnx_op, [x], axis=ax, keepdims=int(keep))[0]
-        if ax is None:
-            f = _cast(ctx, idx, ctx.spec.out_dtypes[0])
-            _reshape(ctx, f, oshape, ctx.outputs[0])
-        else:
-            _cast(ctx, idx, ctx.spec.out_dtypes[0], ctx.outputs[0])
-
-    convert.__doc__ = f"{onnx_op} (first occurrence) with MXNet's float-typed indices."
-    return convert
-
-
-register("argmax", "argmax_channel", validator=_validator(_check_arg))(_make_arg("ArgMax"))
-register("argmin", validator=_validator(_check_arg))(_make_arg("ArgMin"))
-
-_TOPK_INDEX_DTYPES = FLOAT_DTYPES + ("int32",)
-
-
-def _topk_plan(spec: OpSpec) -> Tuple[Optional[int], int, str]:
-    """(axis or None for flattened, k, ret_typ)."""
-    ishape = spec.in_shapes[0]
-    axis_s = spec.str_("axis", "-1")
-    axis = None if axis_s == "None" else _norm_axis(int(axis_s), len(ishape))  # type: ignore[arg-type]
-    n = int(np.prod(ishape)) if axis is None else ishape[axis]
-    k = spec.int_("k", 1) or 0
-    k = n if k < 1 else k
-    if k > n:
-        raise ConversionError(f"k={k} exceeds the {n} elements along the axis")
-    return axis, k, str(spec.str_("ret_typ", "indices"))
-
-
-def _check_topk(spec: OpSpec) -> Optional[str]:
-    axis, k, ret = _topk_plan(spec)
-    if ret not in ("value", "indices", "both"):
-        return f"topk ret_typ={ret!r} is not supported (only value, indices, both)"
-    if k > _TRT_MAX_TOPK:
-        return f"k={k} exceeds TensorRT's TopK limit of {_TRT_MAX_TOPK}"
-    dt = spec.str_("dtype", "float32")
-    if ret != "value" and dt not in _TOPK_INDEX_DTYPES:
-        return f"topk index dtype {dt} is not supported ({', '.join(_TOPK_INDEX_DTYPES)})"
-    ishape = list(spec.in_shapes[0])
-    shape = [k] if axis is None else ishape[:axis] + [k] + ishape[axis + 1 :]
-    for i in range(len(spec.out_shapes)):
-        reason = _expect_shape(spec, shape, i)
-        if reason:
-            return reason
-    return _check_dtypes(spec, FLOAT_DTYPES, outputs=False)
-
-
-@register("topk", validator=_validator(_check_topk, dtypes=None))
-def _topk(ctx: ConvContext) -> None:
-    """Top-k values and/or indices, sorted; ties keep the lower index first.
-
-    MXNet's CPU sort is unstable on ties, its GPU sort stable (lower index first).
-    """
-    axis, k, ret = _topk_plan(ctx.spec)
-    x = ctx.inputs[0]
-    if axis is None:
-        x = _reshape(ctx, x, [int(np.prod(ctx.spec.in_shapes[0]))])
-        axis = 0
-    largest = 0 if ctx.spec.bool_("is_ascend") else 1
-    values, indices = ctx.tmp("values"), ctx.tmp("indices")
-    ctx.emit("TopK", [x, _i64(ctx, [k], "k")], [values, indices], axis=axis, largest=largest, sorted=1)
-    idx_dtype = str(ctx.spec.str_("dtype", "float32"))
-    if ret == "value":
-        _identity(ctx, values, ctx.outputs[0])
-    elif ret == "indices":
-        _cast(ctx, indices, idx_dtype, ctx.outputs[0])
-    else:
-        _identity(ctx, values, ctx.outputs[0])
-        _cast(ctx, indices, idx_dtype, ctx.outputs[1])
-
-
-# ----------------------------------------------------------------------------------------
 # Reductions
 # ----------------------------------------------------------------------------------------
 def _reduce_axes(spec: OpSpec, allow_exclude: bool = True) -> List[int]:
@@ -1483,24 +1198,3 @@ def _norm(ctx: ConvContext) -> None:
     """L1 (sum of |x|) or L2 (sqrt of sum of squares) over the axes; MXNet has no matrix norms."""
     op = "ReduceL1" if ctx.spec.int_("ord", 2) == 1 else "ReduceL2"
     _emit_reduction(ctx, op, _reduce_axes(ctx.spec, allow_exclude=False))
-
-
-# ----------------------------------------------------------------------------------------
-# Shape queries
-# ----------------------------------------------------------------------------------------
-def _check_shape_query(spec: OpSpec) -> Optional[str]:
-    if spec.out_dtypes[0] != "int64":
-        return f"output dtype {spec.out_dtypes[0]} is not int64"
-    return _check_dtypes(spec, _MOVE_DTYPES, outputs=False)
-
-
-@register("shape_array", validator=_validator(_check_shape_query, dtypes=None))
-def _shape_array(ctx: ConvContext) -> None:
-    """The input's shape as an int64 vector."""
-    ctx.emit("Shape", ctx.inputs[:1], ctx.outputs)
-
-
-@register("size_array", validator=_validator(_check_shape_query, dtypes=None))
-def _size_array(ctx: ConvContext) -> None:
-    """The input's element count as an int64 vector of shape (1,)."""
-    _reshape(ctx, ctx.emit("Size", ctx.inputs[:1])[0], [1], ctx.outputs[0])

@@ -167,3 +167,46 @@ MODELS: Dict[str, Callable[[], Model]] = {
     "mask_rcnn": lambda: gluoncv_model("mask_rcnn_resnet18_v1b_coco", "detection", (128, 128)),
     "i3d": lambda: gluoncv_model("i3d_resnet50_v1_kinetics400", "video", (64, 64), video=8),
 }
+
+
+def transformer_model(seq_len: int = 12, batch: int = 2, seed: int = 0, vocab_size: int = 100, units: int = 64,
+                      heads: int = 4, layers: int = 2) -> Model:
+    """GluonNLP's Transformer encoder-decoder (``get_transformer_encoder_decoder``) with
+    embeddings and an output projection, decoding a whole target sequence (teacher forcing)."""
+    import mxnet as mx
+    from gluonnlp.model.transformer import get_transformer_encoder_decoder
+    from mxnet.gluon import HybridBlock, nn
+
+    class Seq2Seq(HybridBlock):
+        def __init__(self) -> None:
+            super().__init__(prefix="seq2seq_")
+            with self.name_scope():
+                self.encoder, self.decoder, _ = get_transformer_encoder_decoder(
+                    num_layers=layers, num_heads=heads, units=units, hidden_size=4 * units, dropout=0.1,
+                    max_src_length=64, max_tgt_length=64, prefix="transformer_")
+                self.src_embed = nn.Embedding(vocab_size, units)
+                self.tgt_embed = nn.Embedding(vocab_size, units)
+                self.proj = nn.Dense(vocab_size, flatten=False)
+
+        def hybrid_forward(self, F: Any, src: Any, tgt: Any, src_len: Any, tgt_len: Any) -> Any:
+            memory, _ = self.encoder(self.src_embed(src), None, src_len)
+            steps = F.contrib.arange_like(src, axis=1)
+            mem_mask = F.broadcast_lesser(F.reshape(steps, shape=(1, -1)), F.reshape(src_len, shape=(-1, 1)))
+            out, _, _ = self.decoder(self.tgt_embed(tgt), [memory, mem_mask], tgt_len)
+            return self.proj(out)
+
+    net = Seq2Seq()
+    _init(net, seed)
+    rng = np.random.RandomState(seed + 1)
+    inputs = {
+        "data0": rng.randint(0, vocab_size, (batch, seq_len)).astype("float32"),
+        "data1": rng.randint(0, vocab_size, (batch, seq_len)).astype("float32"),
+        "data2": np.array([seq_len - 3 * i for i in range(batch)], dtype="float32"),
+        "data3": np.array([seq_len - 1 - 2 * i for i in range(batch)], dtype="float32"),
+    }
+    sym, args, aux = _export(net, [mx.nd.array(v) for v in inputs.values()], seed)
+    shapes = {k: v.shape for k, v in inputs.items()}
+    return Model("transformer", sym, args, aux, shapes, {k: "float32" for k in inputs}, inputs, "nlp")
+
+
+MODELS["transformer"] = lambda: transformer_model()

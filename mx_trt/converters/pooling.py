@@ -258,3 +258,138 @@ def _upsampling(ctx: ConvContext) -> None:
         ctx.emit("Concat", ups, ctx.outputs, axis=1)
 
 
+
+
+# -- _contrib_AdaptiveAvgPooling2D -----------------------------------------------------------
+
+
+def adaptive_bins(in_size: int, out_size: int) -> List[Tuple[int, int]]:
+    """MXNet's [start, end) input range of each output cell: floor(a*in/out) to
+    ceil((a+1)*in/out), the quotients taken in float32 as its kernel does."""
+    f = np.float32
+    return [(int(np.floor(f(a * in_size) / f(out_size))), int(np.ceil(f((a + 1) * in_size) / f(out_size))))
+            for a in range(out_size)]
+
+
+def _check_adaptive_avg(spec: OpSpec) -> Optional[str]:
+    r = check_float(spec) or check_outputs(spec, 1)
+    if r:
+        return r
+    if len(spec.in_shapes[0]) != 4:
+        return f"data must be 4-D (N, C, H, W), got {spec.in_shapes[0]}"
+    return None
+
+
+def _average_matrix(in_size: int, out_size: int) -> np.ndarray:
+    """(out, in): row a averages MXNet's bin a."""
+    m = np.zeros((out_size, in_size), dtype=np.float64)
+    for a, (s, e) in enumerate(adaptive_bins(in_size, out_size)):
+        m[a, s:e] = 1.0 / (e - s)
+    return m
+
+
+@register("_contrib_AdaptiveAvgPooling2D", validator=_check_adaptive_avg)
+def _adaptive_avg_pooling(ctx: ConvContext) -> None:
+    """Global average for a 1x1 output, AveragePool when every bin has the same size and
+    stride, otherwise the separable form ``A_h @ x @ A_w^T`` with constant averaging matrices."""
+    spec = ctx.spec
+    _, _, h, w = spec.in_shapes[0]
+    oh, ow = spec.out_shapes[0][2:]
+    x = ctx.inputs[0]
+    if (oh, ow) == (1, 1):
+        ctx.emit("GlobalAveragePool", [x], ctx.outputs)
+        return
+    if h % oh == 0 and w % ow == 0:
+        k = [h // oh, w // ow]
+        ctx.emit("AveragePool", [x], ctx.outputs, kernel_shape=k, strides=k)
+        return
+    dt = dtype_of(spec)
+    y = x
+    if ow != w:
+        y = ctx.emit("MatMul", [y, ctx.const(_average_matrix(w, ow).T.astype(dt), "avg_w")])[0]
+    if oh != h:
+        ctx.emit("MatMul", [ctx.const(_average_matrix(h, oh).astype(dt), "avg_h"), y], ctx.outputs)
+    else:
+        ctx.emit("Identity", [y], ctx.outputs)
+
+
+# -- _contrib_BilinearResize2D ---------------------------------------------------------------
+
+_RESIZE_MODES = ("size", "odd_scale", "like", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up")
+
+
+def _check_bilinear_resize(spec: OpSpec) -> Optional[str]:
+    r = check_float(spec) or check_outputs(spec, 1)
+    if r:
+        return r
+    mode = attr_str(spec, "mode", "size")
+    if mode not in _RESIZE_MODES:
+        return f"mode {mode!r} is not one of {list(_RESIZE_MODES)}"
+    if len(spec.in_shapes[0]) != 4:
+        return f"data must be 4-D (N, C, H, W), got {spec.in_shapes[0]}"
+    return None
+
+
+def bilinear_matrix(in_size: int, out_size: int, align_corners: bool) -> np.ndarray:
+    """(out, in) interpolation weights of MXNet's CPU kernel along one axis (float32 maths)."""
+    f = np.float32
+    m = np.zeros((out_size, in_size), dtype=np.float32)
+    if out_size > 1:
+        scale = f(in_size - 1) / f(out_size - 1) if align_corners else f(in_size) / f(out_size)
+    else:
+        scale = f(0)
+    for d in range(out_size):
+        if align_corners:
+            src = f(scale * f(d))
+        else:
+            src = f(scale * f(d + 0.5) - f(0.5))
+            src = f(0) if src < 0 else src
+        lo = int(src)
+        step = 1 if lo < in_size - 1 else 0
+        lam = f(src - f(lo))
+        m[d, lo] += f(1) - lam
+        m[d, lo + step] += lam
+    return m
+
+
+@register("_contrib_BilinearResize2D", validator=_check_bilinear_resize)
+def _bilinear_resize(ctx: ConvContext) -> None:
+    """MXNet's bilinear resize to the inferred output size (every mode only sets that size).
+
+    ``align_corners=False`` is ONNX's ``half_pixel`` (sources below 0 clamp to the first
+    pixel in both) and ``align_corners=True`` ONNX's ``align_corners``, for output sizes
+    above 1. A length-1 output axis takes MXNet's source index 0, so it is sliced
+    first; with ``align_corners=True`` the remaining axis then runs as a MatMul with
+    MXNet's weights (ONNX's align_corners formula divides by zero on a length-1 axis).
+    """
+    spec = ctx.spec
+    _, _, h, w = spec.in_shapes[0]
+    oh, ow = spec.out_shapes[0][2:]
+    align = spec.bool_("align_corners", True)
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    if (h, w) == (oh, ow):
+        ctx.emit("Identity", [x], [out])
+        return
+    for axis, (i, o) in ((2, (h, oh)), (3, (w, ow))):
+        if o == 1 and i != 1:
+            x = ctx.emit("Slice", [x, int64s(ctx, [0], "s"), int64s(ctx, [1], "e"), int64s(ctx, [axis], "ax")])[0]
+    h, w = (1 if oh == 1 else h), (1 if ow == 1 else w)
+    if (h, w) == (oh, ow):
+        ctx.emit("Identity", [x], [out])
+        return
+    if align and 1 in (oh, ow):
+        dt = dtype_of(spec)
+        if ow != w:
+            x = ctx.emit("MatMul", [x, ctx.const(bilinear_matrix(w, ow, True).T.astype(dt), "interp_w")])[0]
+        if oh != h:
+            x = ctx.emit("MatMul", [ctx.const(bilinear_matrix(h, oh, True).astype(dt), "interp_h"), x])[0]
+        ctx.emit("Identity", [x], [out])
+        return
+    # Output size from the input's own batch and channels, so the batch may vary.
+    nc = ctx.emit("Slice", [ctx.emit("Shape", [x])[0], int64s(ctx, [0], "s"), int64s(ctx, [2], "e")])[0]
+    sizes = ctx.emit("Concat", [nc, int64s(ctx, [oh, ow], "hw")], axis=0)[0]
+    ctx.emit(
+        "Resize", [x, "", "", sizes], [out], mode="linear",
+        coordinate_transformation_mode="align_corners" if align else "half_pixel",
+    )

@@ -459,3 +459,58 @@ def test_trt_rtx_gate(name, build, fp16, rtx, monkeypatch):
     inside = sum(len(sg.nodes) for sg in plan.partition.subgraphs)
     assert inside == len(plan.graph.op_nodes()) > 0
     assert gate(name, sym, shapes, params, rtx, fp16)["subgraphs"] >= 1
+
+
+# -- GluonNLP models: every operator of this module converts ------------------------------------
+
+
+def _small_bert():
+    """GluonNLP's BERT at 2 layers, 64 units, 4 heads (the structure of bert_12_768_12), seq 16."""
+    import gluonnlp as nlp
+
+    from tests.models import thirdparty
+
+    vocab = nlp.Vocab({f"w{i}": 1 for i in range(96)})
+    net, _ = nlp.model.get_model("bert_12_768_12", dataset_name=None, vocab=vocab, pretrained=False, use_pooler=True,
+                                 use_decoder=False, use_classifier=False, hparam_allow_override=True,
+                                 num_layers=2, units=64, hidden_size=128, num_heads=4, embed_size=64, max_length=64)
+    thirdparty._init(net, 0)
+    rng = np.random.RandomState(1)
+    inputs = {"data0": rng.randint(0, len(vocab), (2, 16)).astype("float32"),
+              "data1": rng.randint(0, 2, (2, 16)).astype("float32"),
+              "data2": np.array([13, 5], dtype="float32")}
+    sym, args, aux = thirdparty._export(net, [mx.nd.array(v) for v in inputs.values()], 0)
+    return sym, {**args, **aux}, {k: v.shape for k, v in inputs.items()}
+
+
+def _transformer():
+    from tests.models.thirdparty import MODELS
+
+    m = MODELS["transformer"]()
+    return m.sym, m.params, m.shapes
+
+
+@pytest.mark.parametrize("build", [_small_bert, _transformer], ids=["bert", "transformer"])
+def test_gluonnlp_model_operators_convert(build):
+    """The attention, softmax, GELU, Embedding and LayerNorm nodes of GluonNLP's models all convert."""
+    from mx_trt.converters import nlp
+    from mx_trt.converters.registry import lookup
+
+    sym, params, shapes = build()
+    g = symbol_to_graph(sym, {**{k: tuple(v.shape) for k, v in params.items()}, **shapes})
+    weights = {k: v.asnumpy() for k, v in params.items()}
+    seen, refused = set(), []
+    for nid in g.op_nodes():
+        node = g.nodes[nid]
+        entry = lookup(node.op)
+        if entry is None or (entry.converter.__module__ != nlp.__name__ and node.op != "LeakyReLU"):
+            continue
+        seen.add(node.op)
+        reason = check(op_spec(g, nid, weights))
+        if reason:
+            refused.append((node.name, node.op, reason))
+    assert not refused, refused[:5]
+    want = {"Embedding", "LayerNorm", "softmax"}
+    if build is _small_bert:
+        want |= {"LeakyReLU", "_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt"}
+    assert want <= seen, seen

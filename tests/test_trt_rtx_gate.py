@@ -36,6 +36,7 @@ from passes.fuse import boundary
 from tests import userops
 from tests.mxcheck import random_params
 from tests.test_bind import conv_relu
+from tests.models.thirdparty import MODELS as THIRDPARTY
 from tests.test_model_zoo import ZOO, zoo_model
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,18 @@ def gate(model: str, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Ma
 def test_zoo_model_builds(name, fp16, backend):
     sym, args, aux, size = zoo_model(name)
     stats = gate(name, sym, {"data": (1, 3, size, size)}, {**args, **aux}, backend, fp16)
+    assert stats["subgraphs"] >= 1
+
+
+# GluonCV and GluonNLP models (tests/models/thirdparty.py), with the shipped engine rule.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", sorted(THIRDPARTY))
+def test_thirdparty_model_builds(name, fp16, backend, default_engine_rule):
+    model = THIRDPARTY[name]()
+    stats = gate(name, model.sym, model.shapes, model.params, backend, fp16)
     assert stats["subgraphs"] >= 1
 
 

@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 _ONNX_TYPE = {"float32": 1, "int32": 6, "int64": 7, "float16": 10}
 #: Index dtypes MXNet's length-masked softmax reads (its kernel refuses others).
 _LENGTH_DTYPES = ("int32", "int64")
-#: Masked scores are set this far below the row's minimum: exp(-128) is 0 in float16 and
-#: float32, so they add nothing to the sum, and the value stays finite in both.
+#: Masked scores are set this far below the row's smallest valid score (or 0): exp(-128)
+#: is 0 in float16 and float32, so they add nothing to the sum.
 _MASK_MARGIN = 128.0
 
 
@@ -108,9 +108,9 @@ def _softmax_core(ctx: ConvContext, op_type: str, x: str, axis: int, shape: Sequ
                   length: Optional[str], out: str) -> None:
     """``op_type`` (Softmax / LogSoftmax) of ``x`` over ``axis``, length-masked if ``length`` is given.
 
-    Masked positions get the row minimum minus :data:`_MASK_MARGIN` before the
-    softmax (so they weigh exactly 0 and the value is finite in float16) and are
-    written as 0 after it, as MXNet does. A 1-D input runs as a (1, n) view:
+    Masked positions get ``min(valid scores, 0)`` minus :data:`_MASK_MARGIN` before
+    the softmax (so they weigh exactly 0, and the value stays finite in float16) and
+    are written as 0 after it, as MXNet does. A 1-D input runs as a (1, n) view:
     TensorRT's softmax needs rank 2 or more.
     """
     rank = len(shape)
@@ -123,10 +123,12 @@ def _softmax_core(ctx: ConvContext, op_type: str, x: str, axis: int, shape: Sequ
         y = ctx.emit(op_type, [x], None if y_out is None else [y_out], axis=axis)[0]
     else:
         mask = _length_mask(ctx, length, axis, shape)
-        low = ctx.emit("ReduceMin", [x], axes=[axis], keepdims=1)[0]
+        zero = _const_like(ctx, 0.0, dtype, rank, "zero")
+        # min(valid scores and 0) <= the largest valid score, and masked values (which
+        # MXNet never reads, NaN or inf included) do not enter it.
+        low = ctx.emit("ReduceMin", [ctx.emit("Where", [mask, x, zero])[0]], axes=[axis], keepdims=1)[0]
         fill = ctx.emit("Sub", [low, _const_like(ctx, _MASK_MARGIN, dtype, rank, "margin")])[0]
         s = ctx.emit(op_type, [ctx.emit("Where", [mask, x, fill])[0]], axis=axis)[0]
-        zero = _const_like(ctx, 0.0, dtype, rank, "zero")
         y = ctx.emit("Where", [mask, s, zero], None if y_out is None else [y_out])[0]
     if one_d:
         ctx.emit("Squeeze", [y, int64s(ctx, [0], "unrow")], [out])

@@ -171,6 +171,18 @@ def test_softmax_length_fp16_data_keeps_large_scores_apart():
     np.testing.assert_allclose(got[0].astype(np.float32), ref[0].astype(np.float32), rtol=1e-2, atol=1e-3)
 
 
+def test_softmax_length_ignores_masked_values():
+    """MXNet never reads positions past the length: NaN and inf there change nothing."""
+    shapes = {"data": (3, 5), "length": (3,)}
+    sym = mx.sym.softmax(D, mx.sym.Variable("length"), use_length=True, name="s")
+    x = random_inputs({"d": (3, 5)})["d"] * 4
+    x[0, 2:] = np.nan
+    x[1, 3:] = [np.inf, -np.inf]
+    x[2, :] = [1e30, -1e30, np.nan, 3, 4]
+    ref, got = check_symbol(sym, shapes, inputs={"data": x, "length": np.array([2, 3, 0], np.int32)})
+    assert np.isfinite(got[0]).all()
+
+
 # (log_softmax takes no length input in MXNet 1.9.1.)
 DTYPE_CASES = [(fn, use_length, dts) for fn, use_length in [("softmax", False), ("softmax", True), ("log_softmax", False)]
                for dts in [("float16", "float32"), ("float32", "float16"), ("float16", "float16")]]

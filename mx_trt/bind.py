@@ -261,7 +261,7 @@ def _why_native(grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: A
     reqs = list(grad_req.values()) if isinstance(grad_req, dict) else list(grad_req) if isinstance(grad_req, (list, tuple)) else [grad_req]
     if any(r != "null" for r in reqs):
         return f"grad_req={grad_req!r} asks for gradients and engines are inference-only (use grad_req='null')"
-    if not shared_buffer:
+    if shared_buffer is None:
         return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
     if group2ctx:
         return "group2ctx (model parallelism) is not supported by the pass"

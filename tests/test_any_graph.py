@@ -212,3 +212,45 @@ def test_design_example_verbatim(tmp_path, monkeypatch):
     assert info is not None and len(info.engines) == 1 and info.engines[0].run_count == 1
     assert not info.plan.partition.native
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+
+
+#: Every dtype MXNet 1.9.1 binds. Data movement converts exactly for these on ONNX Runtime.
+ALL_DTYPES = ("float16", "float32", "float64", "uint8", "int8", "int32", "int64", "bool")
+EXPECT_ENGINE = ("float16", "float32", "int32", "int64")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_dtype_crosses_fused_boundaries_as_mxnet_infers_it(dtype, monkeypatch):
+    """x(dtype) -> tile -> reshape -> expand_dims: the outputs keep MXNet's dtype and values.
+
+    Where the converters take the dtype the chain is one engine whose inputs and outputs
+    carry it (the fused node's infer_type agrees with MXNet's); otherwise it stays native
+    with a reason naming the dtype.
+    """
+    x = mx.sym.var("data", dtype=dtype)
+    # (MXNet's transpose, slice and concat refuse bool; tile, reshape and expand_dims take every dtype.)
+    s = mx.sym.expand_dims(mx.sym.reshape(mx.sym.tile(x, reps=(1, 2, 1), name="t"), shape=(4, -1), name="r"),
+                           axis=0, name="e")
+    shapes = {"data": (2, 4, 3)}
+    rng = np.random.RandomState(0)
+    if dtype == "bool":
+        value = rng.rand(*shapes["data"]) > 0.5
+    elif np.dtype(dtype).kind in "iu":
+        value = rng.randint(0, 100, shapes["data"]).astype(dtype)
+    else:
+        value = rng.uniform(-1, 1, shapes["data"]).astype(dtype)
+    inputs = {"data": value}
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
+    _, ref = bind(s, shapes, {}, {}, inputs, False, monkeypatch, type_dict={"data": dtype})
+    exe, got = bind(s, shapes, {}, {}, inputs, True, monkeypatch, type_dict={"data": dtype})
+    assert got[0].dtype == ref[0].dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got[0], ref[0])
+    info = mx_trt.bind_info(exe)
+    assert info is not None
+    if info.engines:
+        eng = info.engines[0].engine
+        assert [t.dtype for t in eng.inputs] == [dtype] and [t.dtype for t in eng.outputs] == [dtype]
+        assert info.engines[0].run_count == 1
+    else:
+        assert dtype not in EXPECT_ENGINE, f"{dtype}: {info.plan.partition.native}"
+        assert all(dtype in why for why in info.plan.partition.native.values()), info.plan.partition.native

@@ -164,7 +164,7 @@ MODELS: Dict[str, Callable[[], Model]] = {
                                      base_size=128, crop_size=128),
     "simple_pose": lambda: gluoncv_model("simple_pose_resnet18_v1b", "pose", (128, 96)),
     "bert": lambda: bert_model(),
-    "mask_rcnn": lambda: gluoncv_model("mask_rcnn_resnet18_v1b_coco", "detection", (128, 128)),
+    "mask_rcnn": lambda: gluoncv_model("mask_rcnn_resnet18_v1b_coco", "detection", (256, 256)),
     "i3d": lambda: gluoncv_model("i3d_resnet50_v1_kinetics400", "video", (64, 64), video=8),
 }
 

@@ -138,17 +138,19 @@ register("_full", validator=_FILL_VALIDATOR)(_make_fill(None))
 def _range_values(spec: OpSpec, n: int, dtype: str, start: float, step: float, repeat: int) -> np.ndarray:
     """MXNet's range kernel ``out[i] = DType(start) + (i / repeat) * DType(step)`` in DType arithmetic.
 
-    float32 rounds the product and the sum separately (as the C++ kernel); float16
-    (mshadow's half_t) computes each operation in float32 and rounds it to half;
-    integers truncate start and step, then wrap to the type.
+    float32 rounds the product and the sum separately (as the C++ kernel). Integers
+    truncate start and step, then wrap to the type. float16 behaves like an integer
+    type: mshadow's ``half_t`` meets the integer ``i / repeat`` through its integer
+    conversion, so MXNet 1.9.1 computes ``int(half(start)) + k * int(half(step))``
+    (``arange(0, 3, 0.3, dtype='float16')`` is all zeros there) and so does the export.
     """
     k = np.arange(n, dtype=np.int64) // repeat
-    if dtype in ("int32", "int64"):
+    if dtype in ("int32", "int64", "float16"):
+        if dtype == "float16":
+            start, step = float(np.float16(start)), float(np.float16(step))
         return (np.int64(int(start)) + k * np.int64(int(step))).astype(dtype)
-    dt = np.dtype(dtype)
-    s0, st = dt.type(start), dt.type(step)
-    prod = (k.astype(np.float32) * np.float32(st)).astype(dt)
-    return (np.float32(s0) + prod.astype(np.float32)).astype(dt)
+    s0, st = np.float32(start), np.float32(step)
+    return s0 + k.astype(np.float32) * st
 
 
 def _arange_params(spec: OpSpec) -> Tuple[float, float, int]:
@@ -292,10 +294,9 @@ def _take(ctx: ConvContext) -> None:
 
 
 def _pick_axis(spec: OpSpec) -> int:
-    axis = spec.int_("axis", -1)
-    if axis is None:
+    if spec.str_("axis") == "None":
         raise ConversionError("pick with axis=None (flattened) is not supported")
-    return norm_axis(axis, len(spec.in_shapes[0]))
+    return norm_axis(spec.int_("axis", -1) or 0, len(spec.in_shapes[0]))
 
 
 def _check_pick(spec: OpSpec) -> Optional[str]:
@@ -611,8 +612,8 @@ def _sequence_last(ctx: ConvContext) -> None:
         g = ctx.emit("GatherElements", [ctx.inputs[0], _last_index(ctx, axis)], axis=axis)[0]
         squeeze(ctx, g, [axis], ctx.outputs[0])
     else:
-        g = ctx.emit("Gather", [ctx.inputs[0], ctx.const(np.array(dshape[axis] - 1, np.int64), "last")], axis=axis)
-        identity(ctx, g[0], ctx.outputs[0])
+        t = dshape[axis]
+        squeeze(ctx, slice_(ctx, ctx.inputs[0], [axis], [t - 1], [t], [1]), [axis], ctx.outputs[0])
 
 
 @register("SequenceReverse", validator=validator(lambda s: _check_sequence(s, (0,), lambda d, a: d), dtypes=None))

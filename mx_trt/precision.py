@@ -50,7 +50,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
     for t in g.initializer:
         if t.data_type == F32 and t.name not in keep32:
             if t.name in external:
-                arr16 = external[t.name].astype(np.float16)
+                arr16 = _to_half(external[t.name])
                 external[t.name] = arr16
                 t.data_type = F16
                 # Offsets stay valid: fp16 data is smaller than the slot reserved for it.
@@ -59,7 +59,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
                         kv.value = str(arr16.nbytes)
                 weight_bytes += arr16.nbytes
             else:
-                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+                t.CopyFrom(numpy_helper.from_array(_to_half(numpy_helper.to_array(t)), t.name))
                 weight_bytes += int(np.prod(t.dims)) * 2
         else:
             weight_bytes += external[t.name].nbytes if t.name in external else len(t.raw_data)
@@ -69,7 +69,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
             if n.op_type == "Cast" and a.name == "to" and a.i == F32:
                 a.i = F16
             elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == F32 and n.op_type in ("Constant", "ConstantOfShape"):
-                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), a.t.name))
+                a.t.CopyFrom(numpy_helper.from_array(_to_half(numpy_helper.to_array(a.t)), a.t.name))
 
     # Edges: cast float32 inputs down once, float32 outputs up once.
     renamed: Dict[str, str] = {}
@@ -113,3 +113,13 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
         output_specs=list(exported.output_specs),
         batch_dim=exported.batch_dim,
     )
+
+
+_HALF_MAX = float(np.finfo(np.float16).max)
+
+
+def _to_half(arr: np.ndarray) -> np.ndarray:
+    """float16 copy of a float32 constant; finite values past fp16's range saturate at +-65504
+    (a mask value of -1e30 must stay a very negative number, not become -inf)."""
+    finite = np.isfinite(arr)
+    return np.where(finite, np.clip(arr, -_HALF_MAX, _HALF_MAX), arr).astype(np.float16)

@@ -383,15 +383,18 @@ def _gate_graphs() -> Dict[str, Tuple[Any, Shapes]]:
         mx.sym.take(a, mx.sym.Cast(i32, dtype="float32"), mode="wrap"),
         mx.sym.take(a, i32, axis=1),
         mx.sym.pick(a, mx.sym.slice_axis(mx.sym.Cast(i32, dtype="float32"), axis=0, begin=0, end=2), axis=1, mode="wrap"),
-        mx.sym.gather_nd(a, mx.sym.reshape(mx.sym.abs(i32), shape=(2, 2))),
-        mx.sym.one_hot(i32, 5, on_value=2.0),
+        mx.sym.gather_nd(a, mx.sym.reshape(i32, shape=(2, 2))),
+        mx.sym.one_hot(i32, 5, on_value=2.0) * 3.0,
         mx.sym.where(mx.sym.slice_axis(i32, axis=0, begin=0, end=2), a, a * -1.0),
         mx.sym.broadcast_like(mx.sym.slice_axis(a, axis=1, begin=0, end=1), a),
         shape_chain,
         mx.sym.broadcast_add(a, mx.sym.arange(6)),
-        mx.sym.contrib.arange_like(a, axis=1) + mx.sym.Cast(mx.sym.size_array(a), dtype="float32"),
-        mx.sym.Cast(mx.sym.Cast(a, dtype="int32") * 3 + i32.reshape((4, 1)).slice_axis(axis=0, begin=0, end=2), dtype="float32"),
+        mx.sym.broadcast_add(mx.sym.contrib.arange_like(a, axis=1), mx.sym.Cast(mx.sym.size_array(a), dtype="float32")),
+        mx.sym.Cast(mx.sym.broadcast_add(mx.sym.Cast(a, dtype="int32") * 3, i32.reshape((4, 1)).slice_axis(axis=0, begin=0, end=2)),
+                    dtype="float32"),
         a + mx.sym.full((2, 6), 0.5) + mx.sym.zeros_like(a),
+        mx.sym.Cast(mx.sym.broadcast_logical_or(mx.sym.broadcast_lesser(mx.sym.Cast(a, dtype="int64"), mx.sym.Cast(a * 2.0, dtype="int64")),
+                                                mx.sym.maximum(mx.sym.Cast(a, dtype="int64") - 1, 0)), dtype="float32"),
     ])
     sorts = mx.sym.Group(list(mx.sym.topk(a, k=3, ret_typ="both", dtype="int32")) + [
         mx.sym.topk(a, k=2, ret_typ="mask"), mx.sym.sort(a, axis=0), mx.sym.argsort(a, is_ascend=False, dtype="int64"),
@@ -427,5 +430,7 @@ def test_trt_rtx_builds(name, fp16, trt_rtx):
     plan = analyze(sym, shapes, {**args, **aux}, Settings.from_env(), trt_rtx)
     native = {plan.graph.nodes[n].op: why for n, why in plan.reasons.items()}
     assert not native, f"left native for TensorRT: {native}"
+    inside, total = plan.op_counts()
+    assert inside == total, f"only {inside} of {total} operators are inside subgraphs"
     stats = gate(name, sym, shapes, {**args, **aux}, trt_rtx, fp16)
     assert stats["subgraphs"] >= 1

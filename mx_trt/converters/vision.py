@@ -229,19 +229,17 @@ def _multibox_prior(ctx: ConvContext) -> None:
 # -- ROIAlign / ROIPooling: per-ROI coordinates ---------------------------------------------
 
 
-def _roi_parts(ctx: ConvContext, rois: str, cols: int) -> Tuple[Optional[str], List[str]]:
-    """(batch column or None, [x1, y1, x2, y2]) of an (R, cols) ROI tensor, each (R, 1)."""
-    parts = _columns(ctx, rois, cols)
-    return (parts[0], parts[1:]) if cols == 5 else (None, parts)
+def _roi_parts(ctx: ConvContext, rois: str) -> Tuple[str, List[str]]:
+    """(batch column, [x1, y1, x2, y2]) of an (R, 5) ROI tensor, each (R, 1)."""
+    parts = _columns(ctx, rois, 5)
+    return parts[0], parts[1:]
 
 
-def _batch_select(ctx: ConvContext, data: str, batch: Optional[str], nbatch: int) -> Tuple[str, Optional[str]]:
-    """(features per ROI, mask of ROIs whose batch index MXNet treats as invalid).
+def _batch_select(ctx: ConvContext, data: str, batch: str, nbatch: int) -> Tuple[str, str]:
+    """(features per ROI, (R, 1) mask of ROIs whose batch index MXNet treats as invalid).
 
     With one image the features broadcast over the ROIs; otherwise they are gathered.
     """
-    if batch is None:
-        return data, None
     invalid = ctx.emit("Or", [
         _bin(ctx, "LessOrEqual", batch, scalar(ctx, -1.0, "minus1", 1)),
         _bin(ctx, "GreaterOrEqual", batch, scalar(ctx, float(nbatch), "nbatch", 1)),
@@ -253,11 +251,8 @@ def _batch_select(ctx: ConvContext, data: str, batch: Optional[str], nbatch: int
     return ctx.emit("Gather", [data, idx], axis=0)[0], invalid
 
 
-def _mask_rois(ctx: ConvContext, y: str, invalid: Optional[str], out: str) -> None:
+def _mask_rois(ctx: ConvContext, y: str, invalid: str, out: str) -> None:
     """Zero the outputs of invalid ROIs (``invalid`` is (R, 1))."""
-    if invalid is None:
-        ctx.emit("Identity", [y], [out])
-        return
     m = _unsqueeze(ctx, invalid, [2, 3])
     ctx.emit("Where", [m, scalar(ctx, 0.0, "zero"), y], [out])
 
@@ -286,7 +281,7 @@ def _check_roi_align(spec: OpSpec) -> Optional[str]:
     d, b = spec.in_shapes
     if len(d) != 4:
         return f"data must be 4-D, got {d}"
-    if len(b) != 2 or b[1] not in (4, 5):
+    if len(b) != 2 or b[1] != 5:
         return f"rois must have shape (n, 5), got {b}"
     ph, pw = _pooled(spec)
     if ph < 1 or pw < 1:
@@ -343,7 +338,7 @@ def _roi_align(ctx: ConvContext) -> None:
     grid = attr_int(spec, "sample_ratio", -1)
     scale = scalar(ctx, attr_float(spec, "spatial_scale", 1.0), "scale", 1)
     aligned = spec.bool_("aligned", False)
-    batch, (x1, y1, x2, y2) = _roi_parts(ctx, rois, spec.in_shapes[1][1])
+    batch, (x1, y1, x2, y2) = _roi_parts(ctx, rois)
     coords = [_bin(ctx, "Mul", v, scale) for v in (x1, y1, x2, y2)]
     if aligned:
         off = scalar(ctx, 0.5, "offset", 1)
@@ -421,7 +416,7 @@ def _roi_pooling(ctx: ConvContext) -> None:
     nb, _, h, w = spec.in_shapes[0]
     ph, pw = _pooled(spec)
     scale = scalar(ctx, attr_float(spec, "spatial_scale", 1.0), "scale", 1)
-    batch, (x1, y1, x2, y2) = _roi_parts(ctx, rois, 5)
+    batch, (x1, y1, x2, y2) = _roi_parts(ctx, rois)
     sx, sy, ex, ey = (_round_half_away(ctx, _bin(ctx, "Mul", v, scale)) for v in (x1, y1, x2, y2))
     mask_h, empty_h = _pool_bins(ctx, sy, ey, ph, h)  # (R, ph, H), (R, ph)
     mask_w, empty_w = _pool_bins(ctx, sx, ex, pw, w)  # (R, pw, W), (R, pw)
@@ -434,8 +429,7 @@ def _roi_pooling(ctx: ConvContext) -> None:
     v = ctx.emit("Where", [_unsqueeze(ctx, mask_h, [1, 4]), _unsqueeze(ctx, m1, [2]), lowest])[0]
     y = ctx.emit("ReduceMax", [v], axes=[3], keepdims=0)[0]
     empty = ctx.emit("Or", [_unsqueeze(ctx, empty_h, [2]), _unsqueeze(ctx, empty_w, [1])])[0]  # (R, ph, pw)
-    if invalid is not None:
-        empty = ctx.emit("Or", [empty, _unsqueeze(ctx, invalid, [2])])[0]
+    empty = ctx.emit("Or", [empty, _unsqueeze(ctx, invalid, [2])])[0]
     ctx.emit("Where", [_unsqueeze(ctx, empty, [1]), scalar(ctx, 0.0, "zero"), y], ctx.outputs[:1])
 
 

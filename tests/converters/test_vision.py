@@ -342,6 +342,8 @@ def _gate_cases() -> Dict[str, Tuple[Any, Dict[str, Tuple[int, ...]], str]]:
         "resize_from_1x1": (mx.sym.contrib.BilinearResize2D(mx.sym.contrib.AdaptiveAvgPooling2D(feat, output_size=1),
                                                             height=8, width=8, name="op"),
                             {"data": (1, 3, 8, 8)}, "_contrib_BilinearResize2D"),
+        "resize_like": (mx.sym.contrib.BilinearResize2D(feat, mx.sym.Variable("like"), mode="like", name="op"),
+                        {"data": (1, 3, 8, 8), "like": (1, 1, 11, 6)}, "_contrib_BilinearResize2D"),
         "upsampling_bilinear": (mx.sym.UpSampling(feat, scale=2, sample_type="bilinear", num_filter=4, name="op"),
                                 {"data": (1, 3, 4, 4)}, "UpSampling"),
         "upsampling_nearest": (mx.sym.UpSampling(feat, scale=2, sample_type="nearest", name="op"),

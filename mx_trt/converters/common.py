@@ -1,12 +1,12 @@
 """Small emission and attribute helpers shared by the converter modules."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..errors import ConversionError
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec
+from .registry import FLOAT_DTYPES, ConvContext, OpSpec, Validator
 
 
 def norm_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -100,10 +100,6 @@ def check_layout(spec: OpSpec, nsp: int) -> Optional[str]:
 # ----------------------------------------------------------------------------------------
 # Dtypes, validator building blocks and emission helpers shared by several modules
 # ----------------------------------------------------------------------------------------
-from typing import Dict, List  # noqa: E402
-
-from .registry import FLOAT_DTYPES, OpSpec, Validator  # noqa: E402
-
 #: ONNX TensorProto element types by numpy name; fixed by the ONNX spec, spelled out
 #: so that the converters import without onnx.
 ONNX_DTYPE: Dict[str, int] = {
@@ -197,7 +193,7 @@ def outs(out: Optional[str]) -> Optional[List[str]]:
     return None if out is None else [out]
 
 
-def scalar_const(ctx: ConvContext, value: float, dtype: str, rank: int, hint: str = "scalar") -> str:
+def scalar_const(ctx: ConvContext, value: Union[float, np.generic], dtype: str, rank: int, hint: str = "scalar") -> str:
     """A constant of shape ``(1,) * rank``: same rank as its partner (TensorRT-friendly broadcast)."""
     return ctx.const(np.full((1,) * rank, value, dtype=np.dtype(dtype)), hint)
 

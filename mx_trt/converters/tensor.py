@@ -6,6 +6,12 @@ rejected with a reason. Shapes are static at bind time, so shape-dependent
 parameters (Reshape targets, slice bounds, split sizes) are computed here from
 MXNet's own inferred shapes and emitted as constants. The ONNX uses opset-17
 standard operators that both ONNX Runtime and TensorRT's ONNX parser accept.
+
+Integer tensors (int32/int64: shapes, indices and lengths in detection and NLP
+graphs) pass through data movement and through the arithmetic whose integer
+result every backend shares with MXNet: +, -, *, max, min, comparisons, logic,
+and their scalar forms, where MXNet truncates the scalar to the tensor's type.
+Division, power, hypot and unary math stay float-only (see _INT_BINARY_VALIDATOR).
 """
 from __future__ import annotations
 

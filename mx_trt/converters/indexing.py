@@ -319,7 +319,9 @@ def _pick(ctx: ConvContext) -> None:
     """One element per position along ``axis`` (GatherElements); MXNet converts indices to int32.
 
     Float indices: NaN and values >= 2**31 become INT32_MIN as in MXNet's x86 build,
-    i.e. index 0 with mode='clip' and ``INT32_MIN mod n`` with mode='wrap'.
+    i.e. index 0 with mode='clip' and ``INT32_MIN mod n`` with mode='wrap'. (int64
+    indices beyond the int32 range wrap in MXNet's conversion; the engine clips or
+    wraps the full value.)
     """
     ax = _pick_axis(ctx.spec)
     ishape = list(ctx.spec.in_shapes[0])

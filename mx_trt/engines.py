@@ -15,7 +15,10 @@ Lookup order for one subgraph:
    builds nothing);
 2. the plan cache on disk (``MXNET_TENSORRT_CACHE_DIR``), under a per-key file
    lock so that processes binding the same model at once build it once;
-3. export and build, then store in both.
+3. export and build (temporary files under the cache's ``tmp/``), then store in both.
+
+A cache that cannot be used costs one warning, never an engine; a stored
+engine that cannot be loaded is removed and rebuilt.
 """
 from __future__ import annotations
 
@@ -23,8 +26,6 @@ import functools
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import weakref
 from dataclasses import dataclass
@@ -111,6 +112,36 @@ class SubgraphJob:
         }
 
 
+def stored_engine_problem(entry: Any) -> Optional[str]:
+    """Why a verified cache entry cannot hold a stored engine, or ``None``.
+
+    Its metadata must have an ``engine`` dict, and every value it names a file
+    with (keys ``file`` and ``*_file``) must be one of the entry's own checked
+    files: a backend never opens a path taken from metadata.
+    """
+    engine = entry.meta.get("engine")
+    if not isinstance(engine, dict) or not engine:
+        return "its metadata has no engine description"
+    for k, v in engine.items():
+        if k == "file" or k.endswith("_file"):
+            if not isinstance(v, str) or v not in entry.files:
+                return f"its metadata names {k}={v!r}, which is not one of its files {sorted(entry.files)}"
+    return None
+
+
+_orphans_swept = False
+
+
+def _sweep_orphans_once() -> None:
+    """Remove, once per process, work folders that dead processes left in the system temporary folder."""
+    global _orphans_swept
+    if not _orphans_swept:
+        _orphans_swept = True
+        from .cache import sweep_orphans
+
+        sweep_orphans()
+
+
 _pool: Dict[str, "weakref.WeakSet[Engine]"] = {}
 _pool_lock = threading.Lock()
 
@@ -122,7 +153,14 @@ def clear_pool() -> None:
 
 
 class EngineProvider:
-    """Finds or builds engines for one bind (backend, device, cache)."""
+    """Finds or builds engines for one bind (backend, device, cache).
+
+    The plan cache is an optimization, never a condition: at the first lookup
+    :meth:`~mx_trt.cache.EngineCache.probe` checks it; an unusable one is
+    reported with one warning naming the folder and the reason, after which
+    engines are built in memory (a cache that can be read but not written
+    still serves the engines it holds).
+    """
 
     def __init__(self, backend: Backend, device_id: int, cache: Any = None,
                  progress: Optional[Callable[[str, int, int], None]] = None) -> None:
@@ -133,6 +171,27 @@ class EngineProvider:
         self.builds = 0
         self.loads = 0
         self.reuses = 0
+        self.stored = 0
+        self._cache_checked = False
+        _sweep_orphans_once()
+
+    def _usable_cache(self) -> Any:
+        """The cache after checking it once: itself, a read-only view of it, or ``None``."""
+        if self.cache is None or self._cache_checked:
+            return self.cache
+        self._cache_checked = True
+        problem = self.cache.probe()
+        if problem is None:
+            return self.cache
+        if self.cache.readable():
+            logger.warning("plan cache %s cannot be written (%s): engines stored there are used, new ones are built "
+                           "in memory and not stored", self.cache.directory, problem)
+            self.cache = self.cache.read_only_view()
+        else:
+            logger.warning("plan cache %s cannot be used (%s): engines are built in memory and not stored",
+                           self.cache.directory, problem)
+            self.cache = None
+        return self.cache
 
     def _keys(self, job: SubgraphJob) -> Tuple[str, str]:
         """(pool key, plan-cache key). The pool key leaves out the bound batch and the
@@ -171,46 +230,82 @@ class EngineProvider:
                             extra={"batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
             opts.extra["progress"] = self.progress
-        if self.cache is None:
+        cache = self._usable_cache()
+        if cache is None:
             eng = self._build(job, opts)
             source = "built"
         else:
-            with self.cache.lock(key):
-                eng, source = self._from_cache_or_build(job, key, opts)
+            with cache.lock(key):
+                eng, source = self._from_cache_or_build(cache, job, key, opts)
         with _pool_lock:
             _pool.setdefault(pool_key, weakref.WeakSet()).add(eng)
         return eng, source
 
-    def _from_cache_or_build(self, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
-        # TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans.
-        tag = f"{self.backend.version()}-{self._device_tag()}"
-        opts.extra["timing_cache_path"] = self.cache.path(f"timing/{tag}.cache")
-        opts.extra["runtime_cache_path"] = self.cache.path(f"runtime/{tag}.cache")
-        entry = self.cache.get(key)
-        if entry is not None:
+    def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
+        if not cache.read_only:
+            # TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans.
+            tag = f"{self.backend.version()}-{self._device_tag()}"
             try:
-                eng = self.backend.load(entry.meta.get("engine", {}), entry.directory, opts)
-                self.loads += 1
-                logger.info("%s: engine loaded from the plan cache (%s)", job.name, key[:12])
+                opts.extra["timing_cache_path"] = cache.path(f"timing/{tag}.cache")
+                opts.extra["runtime_cache_path"] = cache.path(f"runtime/{tag}.cache")
+            except CacheError as exc:
+                logger.debug("%s: no timing or runtime cache: %s", job.name, exc)
+        entry = cache.get(key)
+        if entry is not None:
+            eng = self._load_stored(cache, entry, job, opts)
+            if eng is not None:
                 return eng, "disk"
-            except EngineBuildError as exc:
-                logger.warning("%s: stored engine %s could not be loaded (%s); rebuilding", job.name, key[:12], exc)
-        opts.extra["keep_artifacts"] = True
-        eng = self._build(job, opts)
-        tmp = tempfile.mkdtemp(prefix="mx_trt_store_")
+        if cache.read_only:
+            return self._build(job, opts), "built"
         try:
-            meta = eng.save(tmp)
-            files = {f: os.path.join(tmp, f) for f in os.listdir(tmp)}
-            self.cache.put(key, {"engine": meta, "subgraph": job.name}, files)
+            work = cache.work_dir()
+        except OSError as exc:
+            logger.warning("%s: cannot stage the engine in the plan cache %s (%s); built in memory, not stored",
+                           job.name, cache.directory, exc)
+            return self._build(job, opts), "built"
+        with work as work_path:
+            # The backend's temporary files go under the cache's tmp/: removed with
+            # this folder, or swept by the next process if this one dies meanwhile.
+            opts.extra["keep_artifacts"] = True
+            opts.extra["work_dir"] = work_path
+            eng = self._build(job, opts)
+            self._store(cache, eng, job, key, os.path.join(work_path, "engine"))
+        return eng, "built"
+
+    def _load_stored(self, cache: Any, entry: Any, job: SubgraphJob, opts: BuildOptions) -> Optional[Engine]:
+        """The engine of a verified entry, or ``None`` (warned; the entry is removed so a rebuild replaces it)."""
+        problem = stored_engine_problem(entry)
+        if problem is None:
+            try:
+                eng = self.backend.load(entry.meta["engine"], entry.directory, opts)
+            except EngineBuildError as exc:
+                problem = str(exc)
+            except Exception as exc:  # a malformed entry must cost a rebuild, never the bind
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                self.loads += 1
+                logger.info("%s: engine loaded from the plan cache (%s)", job.name, entry.key[:12])
+                return eng
+        action = "skipped" if cache.read_only else "removed"
+        logger.warning("%s: stored engine %s in %s cannot be used (%s); %s, rebuilding", job.name, entry.key[:12],
+                       entry.directory, problem, action)
+        cache.discard(entry.key)
+        return None
+
+    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> None:
+        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log."""
+        try:
+            os.mkdir(folder)
+            meta = eng.save(folder)
+            files = {f: os.path.join(folder, f) for f in os.listdir(folder)}
+            cache.put(key, {"engine": meta, "subgraph": job.name}, files, move=True)
+            self.stored += 1
         except NotImplementedError as exc:
             logger.debug("%s: engine not cached: %s", job.name, exc)
         except CacheError:
             pass  # put() has logged why; the engine is used without being stored
         except OSError as exc:
             logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return eng, "built"
 
     def _device_tag(self) -> str:
         return hashlib.sha256(self.backend.device_signature(self.device_id).encode()).hexdigest()[:12]

@@ -15,11 +15,11 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..cache.locking import make_work_dir
 from ..errors import EngineBuildError, EngineRunError
 from .base import Backend, BatchRange, Buffer, BuildOptions, Engine, TensorSpec, specs_json, tensor_specs
 
@@ -136,7 +136,8 @@ class OnnxRuntimeBackend(Backend):
 
         so = _session_options()
         keep = bool(options.extra.get("keep_artifacts"))
-        art = tempfile.mkdtemp(prefix="mx_trt_ort_")
+        # Under the plan cache's tmp/ when given (swept if this process dies), else named by pid.
+        art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
         fmt = ""
         try:
             if exported.external:

@@ -1055,7 +1055,7 @@ class TensorRTBackend(Backend):
 
             # Past protobuf's 2 GB the weights live in a file beside the model,
             # which the parser resolves relative to the model's path.
-            with tempfile.TemporaryDirectory(prefix="mx_trt_trt_") as tmp:
+            with tempfile.TemporaryDirectory(prefix=f"mx_trt_trt_{os.getpid()}_") as tmp:  # swept by pid
                 path = save_model(exported, os.path.join(tmp, f"{name}.onnx"))
                 return bool(parser.parse_from_file(path))
         return bool(parser.parse(exported.model.SerializeToString()))

@@ -84,7 +84,7 @@ def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backen
         if n.op in settings.exclude_ops:
             reasons[n.id] = f"{n.op} is listed in MXNET_TENSORRT_EXCLUDE_OPS"
             continue
-        spec = op_spec(graph, n.id, weights)
+        spec = op_spec(graph, n.id, weights, backend.name if backend is not None else "")
         # The backend bounds which tensor types an engine may hold at all; within
         # that, each converter's validator decides the types it converts exactly.
         reason = backend.dtype_reason(spec) if backend is not None else _default_dtype_reason(spec)

@@ -36,13 +36,14 @@ def entry_name(graph: Graph, e: Entry) -> str:
     return f"{node.name}_output{e.index}" if node.num_outputs > 1 else f"{node.name}_output"
 
 
-def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any]) -> OpSpec:
+def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any], backend: str = "") -> OpSpec:
     """Build the :class:`OpSpec` of node ``nid`` from the graph's inferred shapes/dtypes.
 
     Args:
         graph: The graph, with ``shapes`` and ``dtypes`` filled.
         nid: An operator node.
         const_vars: Names of variables whose values are known at bind time.
+        backend: The backend's name, for validators with a backend's own limit.
     """
     node = graph.nodes[nid]
     outs = [Entry(nid, k) for k in range(node.num_outputs)]
@@ -58,6 +59,7 @@ def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any]) -> OpSpec:
         out_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in outs),  # type: ignore[misc]
         out_dtypes=tuple(graph.dtypes.get(e, "float32") for e in outs),
         const_inputs=const_idx,
+        backend=backend,
     )
 
 

@@ -42,6 +42,10 @@ class OpSpec:
         out_shapes / out_dtypes: Per (visible) output.
         const_inputs: Indices of inputs whose values are known at bind time
             (weights from ``shared_buffer``); converters may fold them.
+        backend: Name of the backend the engine is for (``onnxruntime``,
+            ``tensorrt``, ``tensorrt_rtx``), or ``""`` when unknown. A validator
+            uses it only for a limit of one backend (TensorRT's TopK k), so that
+            the others are not held to it; the export itself never differs.
     """
 
     name: str
@@ -52,6 +56,12 @@ class OpSpec:
     out_shapes: Tuple[Shape, ...]
     out_dtypes: Tuple[str, ...]
     const_inputs: frozenset = frozenset()
+    backend: str = ""
+
+    @property
+    def for_tensorrt(self) -> bool:
+        """Whether the engine is built by TensorRT or TensorRT-RTX."""
+        return self.backend.startswith("tensorrt")
 
     # -- attribute parsing, MXNet style -------------------------------------------------
     def has(self, key: str) -> bool:

@@ -313,8 +313,6 @@ def _spec(sym: Any, shapes: Shapes, dtypes: Optional[Mapping[str, str]] = None) 
 REJECT = [
     pytest.param(mx.sym.take(X, IDX, mode="raise"), {"x": (4, 3), "i": (2,)}, None, "mode='raise'", id="take_raise"),
     pytest.param(mx.sym.topk(X, k=2, dtype="float64"), {"x": (2, 5)}, None, "index dtype float64", id="topk_index_float64"),
-    pytest.param(mx.sym.topk(X, k=4000, ret_typ="value"), {"x": (2, 5000)}, None, "TensorRT's TopK limit", id="topk_k_too_big"),
-    pytest.param(mx.sym.sort(X), {"x": (2, 5000)}, None, "TensorRT's TopK limit", id="sort_too_long"),
     pytest.param(mx.sym.topk(X, k=2), {"x": (2, 5)}, {"x": "int32"}, "input 0 has dtype int32", id="topk_int_data"),
     pytest.param(mx.sym.one_hot(IDX, 3, dtype="uint8"), {"i": (2,)}, None, "dtype uint8", id="one_hot_uint8"),
     pytest.param(mx.sym.where(C, X, Y), {"c": (2,), "x": (2, 3), "y": (2, 3)}, {"c": "float32", "x": "float32", "y": "float16"},
@@ -434,3 +432,23 @@ def test_trt_rtx_builds(name, fp16, trt_rtx):
     assert inside == total, f"only {inside} of {total} operators are inside subgraphs"
     stats = gate(name, sym, shapes, {**args, **aux}, trt_rtx, fp16)
     assert stats["subgraphs"] >= 1
+
+
+@pytest.mark.parametrize("make", [lambda x: mx.sym.argsort(x, axis=-1, name="s"),
+                                  lambda x: mx.sym.sort(x, name="s"),
+                                  lambda x: mx.sym.topk(x, k=4000, ret_typ="value", name="s")],
+                         ids=["argsort", "sort", "topk"])
+def test_topk_limit_is_tensorrts_alone(make):
+    """k above TensorRT's TopK limit keeps the op native for the TensorRT backends only."""
+    from mx_trt.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.bind import support
+    from mx_trt.graph_import import symbol_to_graph
+    from mx_trt.settings import Settings
+
+    sym = make(mx.sym.var("data"))
+    g = symbol_to_graph(sym, {"data": (2, 5000)})
+    nid = g.by_name("s").id
+    assert support(g, {}, Settings(), OnnxRuntimeBackend()) == {}
+    why = support(g, {}, Settings(), TensorRTRTXBackend())[nid]
+    assert "TensorRT's TopK limit of 3840" in why

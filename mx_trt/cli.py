@@ -843,6 +843,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         if cache is None:
             raise UsageError(f"the plan cache is disabled ({ENV_DIR} is empty): set it or pass --cache-dir DIR")
+        problem = cache.probe()
+        if problem is not None:
+            raise UsageError(f"cannot use the plan cache {cache.directory}: {problem}")
+        before = {e.key for e in cache.entries()}
         ckpt, shapes, _ = _load(args)
         settings, ctx, backend = _build_setup(args)
         if batches is None:
@@ -872,6 +876,11 @@ def cmd_build(args: argparse.Namespace) -> int:
                   f"{r['cached']} already in the cache ({r['seconds']:.2f} s)")
             for name, why in r["failed"].items():
                 print(f"  {name} stays native: {why}")
+    built = sum(r["built"] for r in rows)
+    if built and not {e.key for e in cache.entries()} - before:
+        print(f"mxtrt: error: {built} engine(s) built but none stored in {cache.directory} (see the warnings above)",
+              file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

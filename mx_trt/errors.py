@@ -44,3 +44,7 @@ class CacheError(MxTrtError):
 
 class GraphImportError(MxTrtError):
     """The MXNet graph cannot be read into the IR (the bind stays native)."""
+
+
+class ExportError(MxTrtError):
+    """An export folder (``mxtrt export``, :func:`mx_trt.load`) cannot be written, or is missing, damaged or unreadable."""

@@ -17,6 +17,14 @@ Folder layout::
 Engines are specific to the backend version and the device they were built
 for (the manifest records both); :func:`load` refuses another backend and
 reports the device or version difference when loading fails.
+
+:func:`load` treats the folder as read-only: it writes, renames and removes
+nothing there (no lock or temporary file either), opens only the file names
+the layout above fixes (a manifest naming a path elsewhere is damaged), checks
+every engine's size and sha256 first, and reports every problem as an
+:class:`~mx_trt.errors.ExportError` naming the file, a
+:class:`~mx_trt.errors.BackendUnavailableError` or a
+:class:`~mx_trt.errors.ShapeError`.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .errors import MxTrtError, ShapeError
+from .errors import ExportError, ShapeError
 from .settings import env_override
 
 logger = logging.getLogger(__name__)
@@ -62,17 +70,23 @@ def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
     """Replace the ``mx_trt_engine`` attribute of every fused node by ``mapping[value]``.
 
     Raises:
-        MxTrtError: a fused node names an engine missing from ``mapping``.
+        ExportError: the JSON is not a symbol, or a fused node names an engine missing from ``mapping``.
     """
     from .fused_op import ENGINE_ATTR, OP_TYPE
 
-    doc = json.loads(sym_json)
-    for node in doc["nodes"]:
+    try:
+        doc = json.loads(sym_json)
+        nodes = doc["nodes"]
+        if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+            raise TypeError("'nodes' is not a list of objects")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"the symbol is not an MXNet symbol JSON ({type(exc).__name__}: {exc})") from None
+    for node in nodes:
         attrs = node.get("attrs") or {}
-        if node.get("op") == "Custom" and attrs.get("op_type") == OP_TYPE:
+        if node.get("op") == "Custom" and isinstance(attrs, dict) and attrs.get("op_type") == OP_TYPE:
             value = str(attrs.get(ENGINE_ATTR))
             if value not in mapping:
-                raise MxTrtError(f"fused node {node.get('name')!r} names engine {value!r}, which is not in the export")
+                raise ExportError(f"fused node {node.get('name')!r} names engine {value!r}, which is not in the export")
             attrs[ENGINE_ATTR] = mapping[value]
     return json.dumps(doc)
 
@@ -103,8 +117,8 @@ def export_model(
         The manifest written.
 
     Raises:
-        MxTrtError: ``outdir`` holds something else, or an engine could not be
-            stored (its backend cannot serialize engines).
+        ExportError: ``outdir`` holds something else or cannot be written, or
+            an engine could not be stored (its backend cannot serialize engines).
     """
     import shutil
 
@@ -114,6 +128,7 @@ def export_model(
     from .backends import select_backend
     from .bind import bind_with_backend
     from .cache import ENV_DIR, ENV_MAX_MB, EngineCache
+    from .cache.fs import remove_tree
     from .settings import Settings
 
     settings = settings or Settings.from_env()
@@ -121,12 +136,15 @@ def export_model(
     outdir = os.path.abspath(outdir)
     if os.path.isdir(outdir) and os.listdir(outdir):
         if not overwrite:
-            raise MxTrtError(f"{outdir} is not empty (overwrite it with --force)")
+            raise ExportError(f"{outdir} is not empty (overwrite it with --force)")
         if not os.path.isfile(os.path.join(outdir, MANIFEST)):
-            raise MxTrtError(f"{outdir} is not empty and is not an mx_trt export: not overwriting it")
+            raise ExportError(f"{outdir} is not empty and is not an mx_trt export: not overwriting it")
         shutil.rmtree(outdir)
     cache_dir = os.path.join(outdir, ENGINES_DIR)
-    os.makedirs(cache_dir, exist_ok=True)
+    cache = EngineCache(cache_dir, max_bytes=0)
+    problem = cache.probe()  # creates the folders; the bind would only warn and build in memory
+    if problem is not None:
+        raise ExportError(f"cannot write the export to {outdir}: {problem}")
     # Engines kept in memory by earlier binds carry no stored artifacts: forget
     # them so that every subgraph is built into (and stored in) the private cache.
     engines.clear_pool()
@@ -135,7 +153,8 @@ def export_model(
             exe, info = bind_with_backend(sym, ctx, backend, settings, dict(params), dict(shapes))
     finally:
         engines.clear_pool()
-    cache = EngineCache(cache_dir, max_bytes=0)
+    for scratch in ("locks", "tmp", "files"):  # the cache's working folders: not part of an export
+        remove_tree(os.path.join(cache_dir, scratch))
     by_subgraph: Dict[str, Any] = {}
     for entry in sorted(cache.entries(), key=lambda e: e.last_used):
         by_subgraph[str(entry.meta.get("subgraph"))] = entry
@@ -144,13 +163,11 @@ def export_model(
     for fused in info.engines:
         found = by_subgraph.get(fused.name)
         if found is None:
-            raise MxTrtError(f"the engine of {fused.name} was not stored: the {backend.name} backend cannot serialize "
-                             "it, so it cannot be exported")
+            raise ExportError(f"the engine of {fused.name} was not stored in {cache_dir}: the {backend.name} backend "
+                              "cannot serialize it, or writing failed (see the warnings above)")
         mapping[fused.key] = fused.name
         records.append({"subgraph": fused.name, "key": found.key, "input_names": list(fused.input_names),
                         "output_names": list(fused.output_names)})
-    with open(os.path.join(outdir, SYMBOL_FILE), "w", encoding="utf-8") as f:
-        f.write(_rewrite_engine_attrs(info.symbol.tojson(), mapping))
     new_args = set(info.symbol.list_arguments()) - set(shapes)
     new_aux = set(info.symbol.list_auxiliary_states())
     saved = {}
@@ -160,7 +177,12 @@ def export_model(
             saved[f"arg:{name}"] = arr
         elif name in new_aux:
             saved[f"aux:{name}"] = arr
-    mx.nd.save(os.path.join(outdir, PARAMS_FILE), saved)
+    try:
+        with open(os.path.join(outdir, SYMBOL_FILE), "w", encoding="utf-8") as f:
+            f.write(_rewrite_engine_attrs(info.symbol.tojson(), mapping))
+        mx.nd.save(os.path.join(outdir, PARAMS_FILE), saved)
+    except (OSError, mx.base.MXNetError) as exc:
+        raise ExportError(f"cannot write the export to {outdir}: {exc}") from exc
     device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
     manifest = {
         "format": FORMAT_VERSION,
@@ -177,34 +199,76 @@ def export_model(
         "engines": records,
         "native_failures": dict(info.native_failures),
     }
-    with open(os.path.join(outdir, MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+    try:
+        with open(os.path.join(outdir, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2)
+    except OSError as exc:
+        raise ExportError(f"cannot write the export to {outdir}: {exc}") from exc
     logger.info("exported %d engine(s) and %d params to %s", len(records), len(saved), outdir)
     del exe
     return manifest
 
 
+def _plain_name(value: Any) -> bool:
+    """A single path component that stays inside the export folder."""
+    return (isinstance(value, str) and bool(value) and "/" not in value and "\0" not in value
+            and value not in (".", "..") and not value.startswith("."))
+
+
+def _manifest_problem(manifest: Any) -> Optional[str]:
+    """What makes a parsed manifest unusable, or ``None``."""
+    if not isinstance(manifest, dict):
+        return "it is not a JSON object"
+    for k in ("backend", "device_type"):
+        if not isinstance(manifest.get(k), str):
+            return f"{k!r} is missing or not a string"
+    for k in ("symbol", "params", "engines_dir"):
+        if k in manifest and not _plain_name(manifest[k]):
+            return f"{k!r} is {manifest[k]!r}; expected a file name inside the export"
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(type(d) is int and d >= 0 for d in v)
+            for k, v in inputs.items()):
+        return "'inputs' is not a map of input names to shapes"
+    recs = manifest.get("engines")
+    if not isinstance(recs, list):
+        return "'engines' is not a list"
+    for i, rec in enumerate(recs):
+        ok = (isinstance(rec, dict) and isinstance(rec.get("subgraph"), str) and isinstance(rec.get("key"), str)
+              and all(isinstance(rec.get(k), list) and all(isinstance(n, str) for n in rec[k])
+                      for k in ("input_names", "output_names")))
+        if not ok:
+            return f"engine record {i} lacks a subgraph, key, input_names or output_names"
+    return None
+
+
 def read_manifest(directory: str) -> Dict[str, Any]:
-    """The manifest of an export.
+    """The manifest of an export, checked.
 
     Raises:
-        MxTrtError: missing, unreadable or of another format version.
+        ExportError: missing, unreadable, malformed or of another format version.
     """
     path = os.path.join(directory, MANIFEST)
     try:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
     except FileNotFoundError:
-        raise MxTrtError(f"{directory} is not an mx_trt export: no {MANIFEST}") from None
+        raise ExportError(f"{directory} is not an mx_trt export: no {MANIFEST}") from None
     except (OSError, ValueError) as exc:
-        raise MxTrtError(f"cannot read {path}: {exc}") from None
-    if manifest.get("format") != FORMAT_VERSION:
-        raise MxTrtError(f"{path} has format {manifest.get('format')!r}; this mx_trt reads format {FORMAT_VERSION}")
+        raise ExportError(f"cannot read {path}: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+        fmt = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ExportError(f"{path} has format {fmt!r}; this mx_trt reads format {FORMAT_VERSION}")
+    problem = _manifest_problem(manifest)
+    if problem is not None:
+        raise ExportError(f"{path} is damaged: {problem}")
     return dict(manifest)
 
 
 def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Any:
     """Bind an export made by :func:`export_model` (``mxtrt export``) without building engines (``mx_trt.load``).
+
+    The folder is only read (see the module docstring).
 
     Args:
         directory: The export folder.
@@ -217,15 +281,18 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         inputs and call ``forward(is_train=False)``.
 
     Raises:
-        MxTrtError: not an export, another backend or device type, a missing
-            or corrupt engine, or an engine the backend cannot load here.
+        ExportError: not an export, another device type, a missing, damaged or
+            unreadable file (named in the message), or an engine the backend
+            cannot load here.
+        BackendUnavailableError: the export's backend is missing here.
         ShapeError: ``shapes`` do not fit the engines.
     """
     import mxnet as mx
 
     from .backends import BACKENDS, BuildOptions
     from .cache import EngineCache
-    from .errors import BackendUnavailableError, EngineBuildError
+    from .engines import stored_engine_problem
+    from .errors import BackendUnavailableError, CacheError
     from .fused_op import register_engine
     from .hook import disabled
 
@@ -233,7 +300,7 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     manifest = read_manifest(directory)
     ctx = ctx or mx.cpu()
     if ctx.device_type != manifest["device_type"]:
-        raise MxTrtError(f"{directory} holds {manifest['device_type']} engines; it cannot be bound on {ctx}")
+        raise ExportError(f"{directory} holds {manifest['device_type']} engines; it cannot be bound on {ctx}")
     cls = BACKENDS.get(manifest["backend"])
     if cls is None:
         raise BackendUnavailableError(f"{directory} needs the {manifest['backend']} backend, which this build lacks")
@@ -244,38 +311,67 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
     here = (backend.version(), backend.device_signature(device_id))
     then = (manifest.get("backend_version"), manifest.get("device"))
-    cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0)
+    hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
+    cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0,
+                        read_only=True)
     fused_engines = []
     mapping: Dict[str, str] = {}
     for rec in manifest["engines"]:
         name = rec["subgraph"]
-        entry = cache.get(rec["key"])
-        if entry is None:
-            raise MxTrtError(f"{directory}: the engine of {name} is missing or corrupt (cache entry {rec['key'][:12]})")
         try:
-            engine = backend.load(entry.meta.get("engine", {}), entry.directory,
+            entry = cache.inspect(rec["key"])
+        except CacheError as exc:
+            raise ExportError(f"{directory}: the engine of {name} is missing or corrupt: {exc}; export the model "
+                              "again") from None
+        if entry is None:
+            raise ExportError(f"{directory}: the engine of {name} is missing or corrupt: no cache entry {rec['key']} "
+                              f"in {cache.directory}; export the model again")
+        problem = stored_engine_problem(entry)
+        if problem is not None:
+            raise ExportError(f"{directory}: the engine of {name} in {entry.directory} is missing or corrupt: "
+                              f"{problem}")
+        try:
+            engine = backend.load(entry.meta["engine"], entry.directory,
                                   BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name))
-        except EngineBuildError as exc:
-            hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
-            raise MxTrtError(f"{directory}: {exc}{hint}") from exc
+        except Exception as exc:  # the backend's own errors, or metadata it cannot read
+            raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \
+                from exc
         fused = register_engine(name, engine, rec["input_names"], rec["output_names"])
         fused.source = "export"
         fused_engines.append(fused)
         mapping[name] = fused.key
-    with open(os.path.join(directory, manifest["symbol"]), encoding="utf-8") as f:
-        sym = mx.sym.load_json(_rewrite_engine_attrs(f.read(), mapping))
-    saved = mx.nd.load(os.path.join(directory, manifest["params"]))
+    sym_path = os.path.join(directory, manifest.get("symbol", SYMBOL_FILE))
+    params_path = os.path.join(directory, manifest.get("params", PARAMS_FILE))
+    try:
+        with open(sym_path, encoding="utf-8") as f:
+            sym = mx.sym.load_json(_rewrite_engine_attrs(f.read(), mapping))
+    except (OSError, ValueError, mx.base.MXNetError, ExportError) as exc:
+        raise ExportError(f"cannot read the symbol {sym_path}: {exc}") from None
+    try:
+        saved = mx.nd.load(params_path)
+    except (OSError, mx.base.MXNetError) as exc:
+        raise ExportError(f"cannot read the parameters {params_path}: {exc}") from None
     if not isinstance(saved, dict):  # an empty dict is saved as an empty list
         saved = {}
     args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    bind_shapes = {k: tuple(v) for k, v in (shapes or manifest["inputs"]).items()}
+    try:
+        bind_shapes = {str(k): tuple(int(d) for d in v) for k, v in (shapes or manifest["inputs"]).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ShapeError(f"shapes must map input names to tuples of ints: {exc}") from None
     unknown = sorted(set(bind_shapes) - set(manifest["inputs"]))
     if unknown:
         raise ShapeError(f"{unknown} are not inputs of the export (inputs: {sorted(manifest['inputs'])})")
-    with disabled():
-        exe = sym.simple_bind(ctx, grad_req="null", shared_buffer=dict(args), **bind_shapes)
-    exe.copy_params_from(args, aux, allow_extra_params=True)
+    try:
+        with disabled():
+            exe = sym.simple_bind(ctx, grad_req="null", shared_buffer=dict(args), **bind_shapes)
+        exe.copy_params_from(args, aux, allow_extra_params=True)
+    except (mx.base.MXNetError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if shapes:
+            raise ShapeError(f"{directory}: cannot bind with shapes {bind_shapes}: {first}") from None
+        raise ExportError(f"{directory}: the symbol and parameters do not bind ({first}); export the model again") \
+            from None
     exe._mx_trt_loaded = LoadedModel(directory, manifest, fused_engines, sym)
     logger.info("loaded %s: %d engine(s), no build", directory, len(fused_engines))
     return exe

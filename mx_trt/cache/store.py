@@ -9,12 +9,12 @@ import time
 from typing import Any, ContextManager, Dict, Optional, Tuple
 
 from ..errors import CacheError
-from .entry import FORMAT_VERSION, Bad, CacheEntry, Vanished, check_entry_dir, make_entry, read_record, verify_files
+from .entry import Bad, CacheEntry, Vanished, check_entry_dir, make_entry, read_record, verify_files
 from .eviction import AUX, ENV_MAX_MB, MIB, EvictionMixin
 from .fs import describe, ensure_dir, lstat_or_none, remove_tree, unlink_quiet
 from .key import META, check_key
 from .locking import LOCKS, LockingMixin, _Staging, sweep_tmp
-from .writing import TMP, FileSource, WritingMixin
+from .writing import TMP, WritingMixin
 
 logger = logging.getLogger(__package__)
 

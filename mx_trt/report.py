@@ -18,7 +18,6 @@ import colorsys
 import html
 import logging
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple

@@ -150,20 +150,26 @@ def test_shape_given_for_a_weight_takes_its_value_from_shared_buffer(monkeypatch
 
 
 def test_integer_tensors_cross_fused_boundaries(monkeypatch):
-    """An int32 tensor made natively feeds an engine, and an engine's int tensor feeds a native op."""
-    #   data(f32) -> relu -> Cast(int32) -> [sq: native] ... engine takes int32 in
-    x = mx.sym.var("data")
+    """An int32 graph input feeds an engine, and an engine's int64 output feeds a native op."""
+    #   idx(int32) -> Embedding -> *2 -> +1 -> relu --------------------------> out0 (float32)
+    #   data -> relu -> *2 -> shape_array (int64) -> [sq: native, int64] ------> out1 (int64)
     idx = mx.sym.var("idx", dtype="int32")
     emb = mx.sym.Embedding(idx, input_dim=10, output_dim=4, name="emb")
-    s = mx.sym.relu(emb * 2.0 + 1.0, name="r")
-    shapes = {"idx": (2, 5)}
+    out0 = mx.sym.relu(emb * 2.0 + 1.0, name="r")
+    shape = mx.sym.shape_array(mx.sym.relu(mx.sym.var("data"), name="r2") * 2.0, name="shp")
+    out1 = userops.square(shape, "sq")
+    s = mx.sym.Group([out0, out1])
+    shapes = {"idx": (2, 5), "data": (3, 7)}
     args, aux = random_params(s, shapes, 0)
-    inputs = {"idx": np.random.RandomState(0).randint(0, 10, (2, 5)).astype("int32")}
-    exe = _both(s, shapes, monkeypatch, args, aux, inputs, type_dict={"idx": "int32"})
+    inputs = {"idx": np.random.RandomState(0).randint(0, 10, (2, 5)).astype("int32"),
+              "data": random_inputs({"data": (3, 7)})["data"]}
+    exe = _both(s, shapes, monkeypatch, args, aux, inputs, type_dict={"idx": "int32", "data": "float32"})
     info = mx_trt.bind_info(exe)
-    assert len(info.engines) == 1
-    assert info.engines[0].engine.inputs[0].dtype == "int32"
-    assert exe.arg_dict["idx"].dtype == np.int32
+    assert len(info.engines) == 2
+    dtypes = sorted((t.dtype for f in info.engines for t in f.engine.inputs + f.engine.outputs))
+    assert dtypes == ["float32", "float32", "int32", "int64"]
+    assert exe.arg_dict["idx"].dtype == np.int32 and exe.outputs[1].dtype == np.int64
+    assert exe.outputs[1].asnumpy().tolist() == [9, 49]
 
 
 def test_design_example_verbatim(tmp_path, monkeypatch):

@@ -4,8 +4,8 @@ The wheel puts ``mx_trt_autoload.pth`` into site-packages, so :func:`install`
 runs while every interpreter of that environment starts. It only puts a small
 finder at the front of ``sys.meta_path``; it imports neither mxnet nor
 mx_trt. When a program imports ``mxnet``, the finder lets MXNet's own loader
-run and, once ``mxnet/__init__.py`` has finished, calls
-``mx_trt.hook.install()`` and takes itself off ``sys.meta_path``. User code
+run and, once ``mxnet/__init__.py`` has finished, imports ``mx_trt`` (whose import
+installs the hook) and takes itself off ``sys.meta_path``. User code
 needs no ``import mx_trt``; ``MXNET_USE_TENSORRT=1`` is then the only switch.
 
 Set ``MX_TRT_AUTOLOAD=0`` (or ``false``/``no``/``off``) to opt out. Nothing
@@ -123,9 +123,8 @@ def _hook_mxnet() -> None:
         # holds its lock) or already was: its own import installs the hook.
         return
     try:
-        from mx_trt import hook
-
-        hook.install()
+        # Importing the package hands the hook the pass and installs it.
+        import mx_trt  # noqa: F401
     except Exception:
         _debug("mx_trt_autoload: could not hook mxnet; MXNet runs without mx_trt", exc_info=True)
 

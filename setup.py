@@ -68,10 +68,10 @@ def read_requirements(name: str) -> list:
 
 def read_version() -> str:
     # Read, not imported: importing mx_trt imports mxnet.
-    with open(os.path.join(HERE, "mx_trt", "__init__.py"), encoding="utf-8") as f:
+    with open(os.path.join(HERE, "mx_trt", "_version.py"), encoding="utf-8") as f:
         m = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", f.read(), re.M)
     if not m:
-        sys.exit("mx_trt: no __version__ in mx_trt/__init__.py")
+        sys.exit("mx_trt: no __version__ in mx_trt/_version.py")
     return m.group(1)
 
 
@@ -127,7 +127,7 @@ setup(
     py_modules=["mx_trt_autoload"],
     install_requires=install_requires,
     extras_require=extras,
-    entry_points={"console_scripts": ["mxtrt = mx_trt.cli:main"]},
+    entry_points={"console_scripts": ["mxtrt = mx_trt.tools.cli.main:main"]},
     cmdclass={"build_py": BuildPyWithPth, "sdist": SdistWithBuildInputs},
     zip_safe=False,
 )

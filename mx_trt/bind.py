@@ -33,9 +33,10 @@ from passes.validate import check_acyclic
 
 from . import hook
 from .backends import Backend, select_backend
-from .converters.registry import check as check_op
-from .errors import BackendUnavailableError, MxTrtError, ParamMismatchError, ShapeError
-from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from .converters import check as check_op
+from .cache import EngineCache
+from .errors import BackendUnavailableError, CacheError, MxTrtError, ParamMismatchError, ShapeError
+from .fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, data_ptr, register_engine
 from .graph_import import graph_to_json, inference_identity, symbol_to_graph
 from .engines import EngineProvider, SubgraphJob
 from .onnx_export import entry_name, op_spec
@@ -165,8 +166,6 @@ def _digest(a: Any) -> str:
     import mxnet as mx
 
     if isinstance(a, mx.nd.NDArray) and a.context.device_type == "cpu" and a.stype == "default":
-        from .fused_op import data_ptr
-
         a.wait_to_read()
         n = int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
         if n == 0:
@@ -487,9 +486,6 @@ def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]
 
 def _engine_cache() -> Any:
     """The plan cache from the environment, or ``None`` (disabled or unusable, with a warning)."""
-    from .cache import EngineCache
-    from .errors import CacheError
-
     try:
         return EngineCache.from_env()
     except (CacheError, OSError) as exc:

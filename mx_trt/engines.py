@@ -33,7 +33,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from passes.ir import Entry, Graph
 
+from ._version import __version__
 from .backends.base import Backend, BatchRange, BuildOptions, Engine
+from .cache import make_key, sweep_orphans
 from .errors import CacheError, EngineBuildError
 from .onnx_export import ExportedSubgraph, entry_name
 
@@ -45,8 +47,6 @@ KEY_FORMAT = 1
 @functools.lru_cache(maxsize=1)
 def converter_fingerprint() -> str:
     """sha256 of the code that decides what an exported subgraph and its engine look like."""
-    from . import __version__
-
     root = os.path.dirname(os.path.abspath(__file__))
     files = [os.path.join(root, f) for f in ("onnx_export.py", "precision.py", "profiles.py")]
     for sub in ("converters", "backends"):
@@ -137,8 +137,6 @@ def _sweep_orphans_once() -> None:
     global _orphans_swept
     if not _orphans_swept:
         _orphans_swept = True
-        from .cache import sweep_orphans
-
         sweep_orphans()
 
 
@@ -197,8 +195,6 @@ class EngineProvider:
         """(pool key, plan-cache key). The pool key leaves out the bound batch and the
         profiles, so an engine whose profile covers a new bind is found; the plan-cache
         key is exact."""
-        from .cache import make_key
-
         parts: Dict[str, Any] = {
             "format": KEY_FORMAT,
             "converters": converter_fingerprint(),

@@ -31,11 +31,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .errors import ExportError, ShapeError
-from .settings import env_override
+from . import engines
+from ._version import __version__
+from .backends import BACKENDS, BuildOptions, select_backend
+from .bind import bind_with_backend
+from .cache import ENV_DIR, ENV_MAX_MB, EngineCache
+from .cache.fs import remove_tree
+from .engines import stored_engine_problem
+from .errors import BackendUnavailableError, CacheError, ExportError, ShapeError
+from .fused_op import ENGINE_ATTR, OP_TYPE, register_engine
+from .hook import disabled
+from .settings import Settings, env_override
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +82,6 @@ def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
     Raises:
         ExportError: the JSON is not a symbol, or a fused node names an engine missing from ``mapping``.
     """
-    from .fused_op import ENGINE_ATTR, OP_TYPE
-
     try:
         doc = json.loads(sym_json)
         nodes = doc["nodes"]
@@ -120,16 +128,7 @@ def export_model(
         ExportError: ``outdir`` holds something else or cannot be written, or
             an engine could not be stored (its backend cannot serialize engines).
     """
-    import shutil
-
     import mxnet as mx
-
-    from . import __version__, engines
-    from .backends import select_backend
-    from .bind import bind_with_backend
-    from .cache import ENV_DIR, ENV_MAX_MB, EngineCache
-    from .cache.fs import remove_tree
-    from .settings import Settings
 
     settings = settings or Settings.from_env()
     backend = backend or select_backend(ctx.device_type, settings.backend)
@@ -288,13 +287,6 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         ShapeError: ``shapes`` do not fit the engines.
     """
     import mxnet as mx
-
-    from .backends import BACKENDS, BuildOptions
-    from .cache import EngineCache
-    from .engines import stored_engine_problem
-    from .errors import BackendUnavailableError, CacheError
-    from .fused_op import register_engine
-    from .hook import disabled
 
     directory = os.path.abspath(directory)
     manifest = read_manifest(directory)

@@ -3,6 +3,11 @@
 The environment is read at every bind (the design's promise), so one process can
 bind the same symbol with the pass on, off and on again. Off or unset, MXNet's
 own ``simple_bind`` runs untouched.
+
+This module sits low in the plugin: it imports nothing of it but the errors.
+The pass itself (:func:`mx_trt.bind.accelerated_simple_bind`) is handed in as
+a callable by the package root (:func:`set_accelerated_bind`), so the hook and
+the pass do not import each other.
 """
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import contextlib
 import logging
 import os
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
+
+from .errors import MxTrtError
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +29,23 @@ _patched = False
 _lock = threading.RLock()  # install() may re-enter through the start-up hook
 _original_simple_bind: Optional[Any] = None
 _original_copy_params: Optional[Any] = None
+
+#: ``accelerated(symbol, ctx, grad_req=..., type_dict=..., ..., **shapes) -> executor``:
+#: the signature of ``Symbol.simple_bind`` with the symbol first.
+AcceleratedBind = Callable[..., Any]
+_accelerated: Optional[AcceleratedBind] = None
+
+
+def set_accelerated_bind(fn: AcceleratedBind) -> None:
+    """Install the bind the hook runs when the pass is on (the package root installs the pass's).
+
+    Args:
+        fn: Called as ``fn(symbol, ctx, grad_req=..., type_dict=..., stype_dict=...,
+            group2ctx=..., shared_arg_names=..., shared_exec=..., shared_buffer=..., **shapes)``
+            and returns the executor.
+    """
+    global _accelerated
+    _accelerated = fn
 
 
 def env_enabled() -> bool:
@@ -83,7 +107,8 @@ def original_simple_bind() -> Any:
 def install() -> None:
     """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once.
 
-    Idempotent and thread-safe. Imports mxnet.
+    Idempotent and thread-safe. Imports mxnet. With the pass on, the patched
+    ``simple_bind`` runs the callable given to :func:`set_accelerated_bind`.
     """
     global _patched, _original_simple_bind, _original_copy_params
     if _patched:
@@ -102,9 +127,10 @@ def install() -> None:
                         group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
                         shared_buffer: Any = None, **kwargs: Any) -> Any:
             if pass_enabled():
-                from .bind import accelerated_simple_bind
-
-                return accelerated_simple_bind(
+                accelerated = _accelerated
+                if accelerated is None:
+                    raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
+                return accelerated(
                     self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
                     shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
             return _original_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,

@@ -14,7 +14,7 @@ import numpy as np
 
 from passes.ir import Entry, Graph
 
-from .converters.registry import ConvContext, OpSpec, lookup
+from .converters import ConvContext, OpSpec, lookup
 from .errors import ConversionError, MissingWeightError, UnsupportedOpError
 
 logger = logging.getLogger(__name__)

@@ -3,28 +3,28 @@
 The method is the one of the integration's design ("Subgraph partitioning"),
 made exact and efficient:
 
-1. **Incompatibility groups with bitsets.** The design runs one BFS and one
+1. **Incompatibility groups with bitsets** (:mod:`passes.groups`). The design runs one BFS and one
    reverse BFS per incompatible node ``x``: a subgraph holding an ancestor of
    ``x`` must not hold a descendant of ``x``. Here the K incompatible nodes are
    numbered and each node ``v`` gets two Python integers used as bitsets:
    ``A[v]`` (incompatible nodes ``v`` reaches) and ``D[v]`` (incompatible nodes
    reaching ``v``), filled by one backward and one forward sweep in
    O((V + E) * K / w) instead of K graph traversals.
-2. **Growth.** Subgraphs are grown one at a time from the smallest unused
+2. **Growth** (:func:`passes.groups.grow`). Subgraphs are grown one at a time from the smallest unused
    compatible node, in DFS order over inputs then outputs. A candidate ``w``
    passes the design's test iff ``A[w] & OR(D over the subgraph) == 0`` and
    ``D[w] & OR(A over the subgraph) == 0``.
-3. **Exact check.** Taken literally, that test can leave a cycle *between*
+3. **Exact check** (:mod:`passes.contraction`). Taken literally, that test can leave a cycle *between*
    subgraphs (subgraph S holds ``u`` and ``v``, subgraph T holds ``w``, and
    ``u -> w -> v``), because a path may enter a formed subgraph at one node and
    leave it at another. So every join must also pass an exact test in the
    graph where every formed subgraph is contracted to one node:
    contracting the edge ``a -> b`` is legal iff ``b`` is not reachable from
-   ``a`` by another path. :class:`_ContractedDag` maintains that contracted
-   DAG with union-find, adjacency sets and a topological order kept by an
-   order-maintenance list, so the test is a bidirectional search pruned by the
+   ``a`` by another path. :class:`~passes.contraction.ContractedDag` maintains
+   that contracted DAG with union-find, adjacency sets and a topological order
+   kept by an order-maintenance list (:mod:`passes.order_list`), so the test is a bidirectional search pruned by the
    order (Pearce-Kelly style), stopped as soon as either side is exhausted.
-4. **Maximality.** Adjacent groups are merged while legal, groups below the
+4. **Maximality** (:func:`passes.contraction.merge_adjacent`, driven here). Adjacent groups are merged while legal, groups below the
    minimum size are dropped, and their nodes may then join adjacent surviving
    subgraphs (to a fixpoint). The result satisfies: no compatible node outside
    all subgraphs can join a subgraph it shares an edge with, and no two
@@ -34,16 +34,21 @@ Everything is deterministic: nodes are visited in id order, ties are broken
 by ids, and no decision depends on the iteration order of a hash container.
 Variables (``op == "null"``) are sources, so no path passes through them; they
 are dropped before the core runs and never belong to a subgraph.
+
+This module holds the public entry points (:func:`partition` on the IR,
+:func:`partition_dag` on a plain DAG), their result types, the phases' order
+(``_partition_core``) and a literal reference of the design's method for tests
+and benchmarks.
 """
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from passes.contraction import ContractedDag, groups_of, merge_adjacent
+from passes.groups import grow, normalise, push_neighbours, reach_bitsets, successors
 from passes.ir import Graph
 from passes.validate import PartitionError, gc_paused
 
@@ -109,491 +114,6 @@ class PartitionResult:
         return {v: s.id for s in self.subgraphs for v in s.nodes}
 
 
-# ---------------------------------------------------------------------------
-# Input normalisation and the incompatibility bitsets
-# ---------------------------------------------------------------------------
-
-
-def _normalise(preds: Sequence[Sequence[int]], supported: Sequence[bool]) -> List[List[int]]:
-    """Deduplicate and sort predecessor lists; check topological order. O(V + E log E)."""
-    if len(preds) != len(supported):
-        raise PartitionError(f"preds has {len(preds)} nodes but supported has {len(supported)}")
-    out: List[List[int]] = []
-    for v, ps in enumerate(preds):
-        clean = sorted(set(ps))
-        if clean and (clean[0] < 0 or clean[-1] >= v):
-            raise PartitionError(f"node {v} has predecessors {clean}: not in topological order")
-        out.append(clean)
-    return out
-
-
-def _successors(preds: Sequence[Sequence[int]]) -> List[List[int]]:
-    """Sorted successor lists of a DAG given sorted predecessor lists. O(V + E)."""
-    succs: List[List[int]] = [[] for _ in preds]
-    for v, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(v)  # v increases, so each list comes out sorted
-    return succs
-
-
-def _reach_bitsets(
-    preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]], supported: Sequence[bool]
-) -> Tuple[List[int], List[int]]:
-    """Compute ``A`` (returned first) and ``D`` for every node.
-
-    Bit ``i`` stands for the ``i``-th incompatible node in topological order.
-    ``A[v]`` has it set iff ``v`` reaches that node, ``D[v]`` iff that node
-    reaches ``v``. For an incompatible node the sets also hold the node itself
-    (what it passes on along the sweep); no test reads those.
-
-    Complexity: O((V + E) * K / w) time, O(V * K / w) memory (w = bits per digit).
-    """
-    n = len(preds)
-    bit = [0] * n
-    k = 0
-    for v in range(n):
-        if not supported[v]:
-            bit[v] = 1 << k
-            k += 1
-    down = [0] * n
-    for v in range(n):
-        d = bit[v]
-        for p in preds[v]:
-            d |= down[p]
-        down[v] = d
-    up = [0] * n
-    for v in range(n - 1, -1, -1):
-        a = bit[v]
-        for s in succs[v]:
-            a |= up[s]
-        up[v] = a
-    return up, down
-
-
-# ---------------------------------------------------------------------------
-# Order maintenance: a linked list whose integer labels increase along it
-# ---------------------------------------------------------------------------
-
-
-class _OrderList:
-    """A doubly linked list of node ids with labels that increase along the list.
-
-    It keeps the contracted DAG's topological order: comparing two nodes is
-    comparing two integers, and moving a node is an unlink plus an insertion.
-    Insertion after any node is amortised O(log n): when no label is free, the
-    smallest aligned range of ``2**i`` labels around the insertion point whose
-    density is at most ``(2/3)**i`` is relabelled evenly (the list-labelling
-    scheme of Bender et al., 2002, with T = 1.5). Labels are Python integers
-    and the universe, about ``n**2.4``, is sized to the list.
-    """
-
-    def __init__(self, order: Sequence[int], capacity: int) -> None:
-        self.head = capacity
-        self.tail = capacity + 1
-        size = capacity + 2
-        self.prev = [-1] * size
-        self.next = [-1] * size
-        self.label = [0] * size
-        # Density threshold (4/3)**i at i = bits must exceed the list length.
-        self.bits = max(16, int(math.ceil(math.log(capacity + 2) / math.log(4.0 / 3.0))) + 2)
-        self.limit = [int((4.0 / 3.0) ** i) for i in range(self.bits + 1)]
-        self.label[self.head] = -1
-        self.label[self.tail] = 1 << self.bits
-        step = (1 << self.bits) // (len(order) + 1)
-        last = self.head
-        for i, v in enumerate(order):
-            self.label[v] = step * (i + 1)
-            self.next[last] = v
-            self.prev[v] = last
-            last = v
-        self.next[last] = self.tail
-        self.prev[self.tail] = last
-
-    def unlink(self, v: int) -> None:
-        p, q = self.prev[v], self.next[v]
-        self.next[p] = q
-        self.prev[q] = p
-
-    def replace(self, old: int, new: int) -> None:
-        """Put the unlinked ``new`` where ``old`` is, with its label; unlink ``old``."""
-        p, q = self.prev[old], self.next[old]
-        self.next[p] = new
-        self.prev[new] = p
-        self.next[new] = q
-        self.prev[q] = new
-        self.label[new] = self.label[old]
-
-    def insert_after(self, x: int, y: int) -> None:
-        """Link the unlinked ``y`` right after ``x`` and give it a label."""
-        label = self.label
-        q = self.next[x]
-        self.next[x] = y
-        self.prev[y] = x
-        self.next[y] = q
-        self.prev[q] = y
-        lo, hi = label[x], label[q]
-        if hi - lo >= 2:
-            label[y] = (lo + hi) // 2
-            return
-        self._relabel_around(y, lo if x != self.head else hi)
-
-    def _relabel_around(self, y: int, ref: int) -> None:
-        label, prev, nxt = self.label, self.prev, self.next
-        head, tail = self.head, self.tail
-        left = right = y
-        count = 1
-        for i in range(1, self.bits + 1):
-            base = (ref >> i) << i
-            end = base + (1 << i)
-            while prev[left] != head and label[prev[left]] >= base:
-                left = prev[left]
-                count += 1
-            while nxt[right] != tail and label[nxt[right]] < end:
-                right = nxt[right]
-                count += 1
-            if count <= self.limit[i]:
-                gap = (1 << i) // count
-                v = left
-                lab = base
-                while True:
-                    label[v] = lab
-                    if v == right:
-                        return
-                    lab += gap
-                    v = nxt[v]
-        raise AssertionError("order list universe exhausted")  # unreachable: limit[bits] > capacity
-
-
-# ---------------------------------------------------------------------------
-# The contracted DAG
-# ---------------------------------------------------------------------------
-
-
-class _ContractedDag:
-    """The DAG obtained by contracting groups of nodes, with legal edge contraction.
-
-    Groups are union-find classes identified by their root. ``out``/``inn``
-    hold the adjacency sets of roots (always canonical: merging rewrites the
-    neighbours of the absorbed root, small into large). ``order`` keeps a
-    topological order of the roots. ``gA``/``gD`` are the ORs of the
-    incompatibility bitsets over each group (a free necessary test).
-    """
-
-    def __init__(
-        self,
-        preds: Sequence[Sequence[int]],
-        up: Sequence[int],
-        down: Sequence[int],
-        root_of: Optional[Sequence[int]] = None,
-    ) -> None:
-        """Build from the node DAG and an optional grouping. O(V + E log V).
-
-        Args:
-            preds: Sorted predecessor lists of the node DAG.
-            up, down: The ``A``/``D`` bitsets of every node.
-            root_of: ``root_of[v]`` is the representative of ``v``'s group (a
-                member; groups must contract to a DAG). Identity if omitted.
-        """
-        n = len(preds)
-        self.size = [1] * n
-        self.version = [0] * n
-        if root_of is None:
-            self.parent = list(range(n))
-            self.inn: List[Set[int]] = [set(ps) for ps in preds]
-            self.out: List[Set[int]] = [set() for _ in range(n)]
-            for v, ps in enumerate(preds):
-                for p in ps:
-                    self.out[p].add(v)
-            self.gA = list(up)
-            self.gD = list(down)
-            self.order = _OrderList(range(n), n)
-            return
-        self.parent = list(root_of)
-        self.inn = [set() for _ in range(n)]
-        self.out = [set() for _ in range(n)]
-        self.gA = [0] * n
-        self.gD = [0] * n
-        for v in range(n):
-            r = root_of[v]
-            if r != v:
-                self.size[r] += 1
-                self.size[v] = 0
-            self.gA[r] |= up[v]
-            self.gD[r] |= down[v]
-            for p in preds[v]:
-                rp = root_of[p]
-                if rp != r:
-                    self.out[rp].add(r)
-                    self.inn[r].add(rp)
-        roots = [v for v in range(n) if root_of[v] == v]
-        self.order = _OrderList(self._topological(roots), n)
-
-    def _topological(self, roots: List[int]) -> List[int]:
-        """Kahn's order of the roots, smallest id first among the ready ones. O((V + E) log V)."""
-        indeg = {r: len(self.inn[r]) for r in roots}
-        ready = [r for r in roots if indeg[r] == 0]
-        heapq.heapify(ready)
-        order: List[int] = []
-        while ready:
-            r = heapq.heappop(ready)
-            order.append(r)
-            for s in self.out[r]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(ready, s)
-        if len(order) != len(roots):
-            raise PartitionError("internal error: the grouping handed to the contracted DAG has a cycle")
-        return order
-
-    def find(self, v: int) -> int:
-        parent = self.parent
-        r = v
-        while parent[r] != r:
-            r = parent[r]
-        while parent[v] != r:
-            parent[v], v = r, parent[v]
-        return r
-
-    def try_contract(self, a: int, b: int) -> int:
-        """Contract the edge ``a -> b`` between two roots if that keeps the graph acyclic.
-
-        Legal iff no other path leads from ``a`` to ``b``. The search runs
-        forward from ``a`` (labels below ``b``'s) and backward from ``b``
-        (labels above ``a``'s) one edge at a time, alternately, and stops when
-        the two meet (illegal) or either side is exhausted (legal). The
-        exhausted side (F or B) is then exactly the region to move in the
-        order: B goes right before the merged node, which takes ``a``'s
-        place, or F right after it, which takes ``b``'s place.
-
-        Returns:
-            The root of the merged group, or -1 when the contraction would make a cycle.
-
-        Complexity: O(min(|F|, |B|) + their edges) for the search, then
-        O(sum of the two degrees, small into large) for the merge and
-        O(moved * log V) amortised for the order.
-        """
-        if self.gA[a] & self.gD[b]:
-            return -1  # an incompatible node lies on a path a -> x -> b
-        label = self.order.label
-        out, inn = self.out, self.inn
-        la, lb = label[a], label[b]
-        fseen = {a}
-        bseen = {b}
-        fstack = [(a, iter(out[a]))]
-        bstack = [(b, iter(inn[b]))]
-        forward_done = False
-        while True:
-            u, it = fstack[-1]
-            v = next(it, -1)
-            if v < 0:
-                fstack.pop()
-                if not fstack:
-                    forward_done = True
-                    break
-            elif v in bseen:
-                if u != a or v != b:
-                    return -1
-            elif v not in fseen and label[v] < lb:
-                fseen.add(v)
-                fstack.append((v, iter(out[v])))
-            u, it = bstack[-1]
-            p = next(it, -1)
-            if p < 0:
-                bstack.pop()
-                if not bstack:
-                    break
-            elif p in fseen:
-                if u != b or p != a:
-                    return -1
-            elif p not in bseen and label[p] > la:
-                bseen.add(p)
-                bstack.append((p, iter(inn[p])))
-        if forward_done:
-            fseen.discard(a)
-            moved = sorted(fseen, key=label.__getitem__)
-            slot = b
-        else:
-            bseen.discard(b)
-            moved = sorted(bseen, key=label.__getitem__)
-            slot = a
-        r = self._merge(a, b)
-        order = self.order
-        if r == slot:
-            order.unlink(b if slot == a else a)
-        else:
-            order.unlink(r)
-            order.replace(slot, r)
-        for v in moved:
-            order.unlink(v)
-        anchor = order.prev[r] if slot == a else r
-        for v in moved:
-            order.insert_after(anchor, v)
-            anchor = v
-        return r
-
-    def _merge(self, a: int, b: int) -> int:
-        """Union the groups of the edge ``a -> b``; rewrite adjacency small into large."""
-        out, inn = self.out, self.inn
-        out[a].discard(b)
-        inn[b].discard(a)
-        if len(out[a]) + len(inn[a]) >= len(out[b]) + len(inn[b]):
-            r, o = a, b
-        else:
-            r, o = b, a
-        o_out, o_in = out[o], inn[o]
-        for s in o_out:
-            ins = inn[s]
-            ins.discard(o)
-            ins.add(r)
-        for p in o_in:
-            outs = out[p]
-            outs.discard(o)
-            outs.add(r)
-        out[r] |= o_out
-        inn[r] |= o_in
-        out[o] = set()
-        inn[o] = set()
-        self.parent[o] = r
-        self.size[r] += self.size[o]
-        self.size[o] = 0
-        self.gA[r] |= self.gA[o]
-        self.gD[r] |= self.gD[o]
-        self.gA[o] = self.gD[o] = 0
-        self.version[r] += 1
-        return r
-
-
-# ---------------------------------------------------------------------------
-# The phases
-# ---------------------------------------------------------------------------
-
-
-def _push_neighbours(stack: List[int], v: int, preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]],
-                     supported: Sequence[bool], used: Sequence[bool]) -> None:
-    """Queue ``v``'s unused compatible neighbours for the growth's DFS.
-
-    Inputs are pushed last so that they are popped first (the design's priority to
-    inputs); an input is pushed as ``~p`` so the caller knows the edge direction.
-    """
-    for s in reversed(succs[v]):
-        if supported[s] and not used[s]:
-            stack.append(s)
-    for p in reversed(preds[v]):
-        if supported[p] and not used[p]:
-            stack.append(~p)
-
-
-def _grow(
-    preds: Sequence[Sequence[int]],
-    succs: Sequence[Sequence[int]],
-    supported: Sequence[bool],
-    up: Sequence[int],
-    down: Sequence[int],
-    dag: Optional[_ContractedDag],
-) -> List[List[int]]:
-    """Grow subgraphs one at a time, the design's way; ``dag`` adds the exact check.
-
-    Seeds are the unused compatible nodes in id order; candidates are popped
-    from a DFS stack where a joining node pushes its outputs, then its inputs
-    (so inputs are visited first, smallest id first). A candidate rejected now
-    may be pushed again by a later member. Every compatible node ends in
-    exactly one group (a seed that cannot grow is a group of one).
-
-    Complexity: O(E) candidate tests of O(K / w) each, plus the exact checks.
-    """
-    n = len(preds)
-    used = [False] * n
-    groups: List[List[int]] = []
-    stack: List[int] = []  # v for an output of the subgraph, ~v for an input
-
-    def push(v: int) -> None:
-        _push_neighbours(stack, v, preds, succs, supported, used)
-
-    for seed in range(n):
-        if used[seed] or not supported[seed]:
-            continue
-        used[seed] = True
-        members = [seed]
-        s_up, s_down = up[seed], down[seed]
-        root = seed
-        push(seed)
-        while stack:
-            item = stack.pop()
-            w = item if item >= 0 else ~item
-            if used[w]:
-                continue
-            if up[w] & s_down or down[w] & s_up:
-                continue  # the design's test: w is on the other side of an incompatible node
-            if dag is not None:
-                r = dag.try_contract(w, root) if item < 0 else dag.try_contract(root, w)
-                if r < 0:
-                    continue
-                root = r
-            used[w] = True
-            members.append(w)
-            s_up |= up[w]
-            s_down |= down[w]
-            push(w)
-        members.sort()
-        groups.append(members)
-    return groups
-
-
-def _merge_adjacent(
-    dag: _ContractedDag,
-    edges: Sequence[Tuple[int, int]],
-    is_subgraph: Optional[List[bool]],
-) -> int:
-    """Contract every legal edge between two groups until none is left.
-
-    With ``is_subgraph`` given, only edges touching a subgraph are tried and
-    the merged group becomes a subgraph (re-absorption of dropped nodes).
-    A rejected pair is retried only after one of its groups changed: a merge
-    involving neither group keeps the other path that made it illegal (its
-    inner groups stay distinct from both ends), so it stays illegal.
-
-    Returns:
-        The number of merges.
-
-    Complexity: O(E) finds per pass plus the exact checks; passes repeat
-    while merges happen (in practice one or two).
-    """
-    find = dag.find
-    version = dag.version
-    rejected: Dict[Tuple[int, int], Tuple[int, int]] = {}
-    merges = 0
-    changed = True
-    while changed:
-        changed = False
-        for u, v in edges:
-            p, q = find(u), find(v)
-            if p == q:
-                continue
-            if is_subgraph is not None and not (is_subgraph[p] or is_subgraph[q]):
-                continue
-            stamp = (version[p], version[q])
-            if rejected.get((p, q)) == stamp:
-                continue
-            r = dag.try_contract(p, q)
-            if r < 0:
-                rejected[(p, q)] = stamp
-                continue
-            merges += 1
-            changed = True
-            if is_subgraph is not None:
-                is_subgraph[r] = True
-    return merges
-
-
-def _groups_of(dag: _ContractedDag, supported: Sequence[bool]) -> List[List[int]]:
-    """Members of every compatible group, sorted, groups by smallest member. O(V α(V))."""
-    members: Dict[int, List[int]] = {}
-    for v in range(len(supported)):
-        if supported[v]:
-            members.setdefault(dag.find(v), []).append(v)
-    return sorted(members.values(), key=lambda g: g[0])
-
-
 def _partition_core(
     preds: Sequence[Sequence[int]],
     supported: Sequence[bool],
@@ -617,8 +137,8 @@ def _partition_core(
     """
     if min_size < 1:
         raise PartitionError(f"min_size must be >= 1, got {min_size}")
-    preds = _normalise(preds, supported)
-    succs = _successors(preds)
+    preds = normalise(preds, supported)
+    succs = successors(preds)
     n = len(preds)
     if bitsets is None:
         k = n - sum(1 for s in supported if s)
@@ -626,20 +146,20 @@ def _partition_core(
         if not bitsets:
             logger.info("%d nodes x %d incompatible: skipping the bitset pre-test (memory), exact check only", n, k)
     if bitsets or not exact:
-        up, down = _reach_bitsets(preds, succs, supported)
+        up, down = reach_bitsets(preds, succs, supported)
     else:
         up = down = [0] * n
     if not exact:
-        grown = _grow(preds, succs, supported, up, down, None)
+        grown = grow(preds, succs, supported, up, down, None)
         kept = [g for g in grown if len(g) >= min_size]
         dropped = {v: len(g) for g in grown if len(g) < min_size for v in g}
         return kept, dropped
 
-    dag = _ContractedDag(preds, up, down)
-    _grow(preds, succs, supported, up, down, dag)
+    dag = ContractedDag(preds, up, down)
+    grow(preds, succs, supported, up, down, dag)
     edges = [(p, v) for v in range(len(preds)) if supported[v] for p in preds[v] if supported[p]]
-    merges = _merge_adjacent(dag, edges, None)
-    groups = _groups_of(dag, supported)
+    merges = merge_adjacent(dag, edges, None)
+    groups = groups_of(dag, supported)
     small = [g for g in groups if len(g) < min_size]
     logger.debug("growth and merge sweep: %d groups (%d merges in the sweep), %d below min_size",
                  len(groups), merges, len(small))
@@ -656,9 +176,9 @@ def _partition_core(
         for v in g:
             root_of[v] = g[0]
         is_subgraph[g[0]] = True
-    dag = _ContractedDag(preds, up, down, root_of)
-    absorbed = _merge_adjacent(dag, edges, is_subgraph)
-    final = [g for g in _groups_of(dag, supported) if is_subgraph[dag.find(g[0])]]
+    dag = ContractedDag(preds, up, down, root_of)
+    absorbed = merge_adjacent(dag, edges, is_subgraph)
+    final = [g for g in groups_of(dag, supported) if is_subgraph[dag.find(g[0])]]
     left = {v: s for v, s in dropped.items() if not is_subgraph[dag.find(v)]}
     logger.debug("re-absorption: %d merges, %d nodes stay native", absorbed, len(left))
     return final, left
@@ -778,8 +298,8 @@ def _literal_partition_reference(
     two must agree exactly; it has no exact check and can leave cycles between
     groups. Complexity: O(K * (V + E)) for the groups, and set unions per join.
     """
-    preds = _normalise(preds, supported)
-    succs = _successors(preds)
+    preds = normalise(preds, supported)
+    succs = successors(preds)
     n = len(preds)
 
     def bfs(start: int, adj: Sequence[Sequence[int]]) -> Set[int]:
@@ -826,7 +346,7 @@ def _literal_partition_reference(
                 if x not in counted_below:
                     counted_below.add(x)
                     excluded.update(above[x])
-            _push_neighbours(stack, v, preds, succs, supported, used)
+            push_neighbours(stack, v, preds, succs, supported, used)
 
         add(seed)
         while stack:

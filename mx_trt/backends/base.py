@@ -11,7 +11,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..converters.registry import OpSpec
+from ..converters.spec import OpSpec
 
 Shape = Tuple[int, ...]
 

@@ -1,6 +1,14 @@
 """ONNX converters, one per MXNet operator, in a registry (see :mod:`.registry`).
 
+Importing this package imports every converter module, whose decorators fill
+the registry; :mod:`.registry` and :mod:`.spec` import no converter. Callers
+ask the registry through this package (``from mx_trt.converters import check``)
+so that the table is complete whenever they use it.
+
 Modules:
+    spec: :class:`OpSpec`, what a validator sees of one node (a leaf, shared with the backends).
+    registry: the table of converters and validators, :func:`check` and :func:`lookup`.
+    common: emission and attribute helpers shared by the converter modules.
     nn: convolution, deconvolution, normalisation, dense, activations, padding, clipping.
     pooling: pooling and upsampling.
     tensor: elementwise, broadcast arithmetic, scalar, unary math, matrix products, reductions.
@@ -11,11 +19,8 @@ Modules:
 """
 from __future__ import annotations
 
-from .registry import ConvContext, OpSpec, check, lookup, register, registered_ops
+from . import indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401  (importing registers)
+from .registry import ConvContext, check, lookup, register, registered_ops
+from .spec import OpSpec
 
-__all__ = ["ConvContext", "OpSpec", "check", "lookup", "register", "registered_ops", "load_all"]
-
-
-def load_all() -> None:
-    """Import every converter module so that its decorators register."""
-    from . import indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401
+__all__ = ["ConvContext", "OpSpec", "check", "lookup", "register", "registered_ops"]

@@ -6,7 +6,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import ConversionError
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec, Validator
+from .registry import FLOAT_DTYPES, ConvContext, Validator
+from .spec import OpSpec
 
 
 def norm_axis(axis: int, ndim: int, what: str = "axis") -> int:

@@ -23,7 +23,8 @@ import numpy as np
 from ..errors import ConversionError
 from .common import MOVE_DTYPES, cast, check_dtypes, expect_shape, identity, int64s, norm_axis
 from .common import nonzero, reshape, scalar_const, slice_, squeeze, trunc, unsqueeze, validator
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
+from .registry import FLOAT_DTYPES, ConvContext, register
+from .spec import OpSpec
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .common import attr_float, check_outputs, int64s, norm_axis, reshape
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
+from .registry import FLOAT_DTYPES, ConvContext, register
+from .spec import OpSpec
 
 logger = logging.getLogger(__name__)
 

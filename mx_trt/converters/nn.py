@@ -23,7 +23,8 @@ from .common import attr_float as _float, attr_int as _int, attr_str as _str, ch
 from .common import check_layout as _check_layout, check_outputs as _check_outputs, dtype_of as _dtype
 from .common import int64s as _int64s, norm_axis as _norm_axis, reshape as _reshape, scalar as _scalar
 from .common import spatial_attr as _spatial
-from .registry import ConvContext, OpSpec, register
+from .registry import ConvContext, register
+from .spec import OpSpec
 
 Shape = Tuple[int, ...]
 

@@ -26,7 +26,8 @@ from .common import (
     scalar,
     spatial_attr,
 )
-from .registry import ConvContext, OpSpec, register
+from .registry import ConvContext, register
+from .spec import OpSpec
 
 logger = logging.getLogger(__name__)
 

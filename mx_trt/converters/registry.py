@@ -11,116 +11,27 @@ Registering::
     def _activation(ctx: ConvContext) -> None:
         ctx.emit("Relu", ctx.inputs[:1], ctx.outputs)
 
-This module imports numpy only; ONNX is imported by :mod:`mx_trt.onnx_export`
-when a subgraph is actually exported.
+This module is a leaf of the package: it imports no converter. The package
+``mx_trt.converters`` imports every converter module, so importing the package
+(not only this module) is what fills the table; callers of :func:`lookup`,
+:func:`check` and :func:`registered_ops` import them from ``mx_trt.converters``.
+It imports numpy only; ONNX is imported by :mod:`mx_trt.onnx_export` when a
+subgraph is actually exported.
 """
 from __future__ import annotations
 
-import ast
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import ConversionError
+from .spec import OpSpec
+
+__all__ = ["FLOAT_DTYPES", "ConvContext", "Converter", "OpEntry", "Validator", "check", "lookup", "register", "registered_ops"]
 
 logger = logging.getLogger(__name__)
-
-Shape = Tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """Everything a validator may look at, known at bind time.
-
-    Attributes:
-        name: MXNet node name.
-        op: MXNet operator name.
-        attrs: Attributes as MXNet spells them (strings).
-        in_shapes / in_dtypes: Per input, from MXNet's own shape/type inference.
-        out_shapes / out_dtypes: Per (visible) output.
-        const_inputs: Indices of inputs whose values are known at bind time
-            (weights from ``shared_buffer``); converters may fold them.
-        backend: Name of the backend the engine is for (``onnxruntime``,
-            ``tensorrt``, ``tensorrt_rtx``), or ``""`` when unknown. A validator
-            uses it only for a limit of one backend (TensorRT's TopK k), so that
-            the others are not held to it; the export itself never differs.
-    """
-
-    name: str
-    op: str
-    attrs: Mapping[str, str]
-    in_shapes: Tuple[Shape, ...]
-    in_dtypes: Tuple[str, ...]
-    out_shapes: Tuple[Shape, ...]
-    out_dtypes: Tuple[str, ...]
-    const_inputs: frozenset = frozenset()
-    backend: str = ""
-
-    @property
-    def for_tensorrt(self) -> bool:
-        """Whether the engine is built by TensorRT or TensorRT-RTX."""
-        return self.backend.startswith("tensorrt")
-
-    # -- attribute parsing, MXNet style -------------------------------------------------
-    def has(self, key: str) -> bool:
-        return key in self.attrs
-
-    def str_(self, key: str, default: Optional[str] = None) -> Optional[str]:
-        v = self.attrs.get(key)
-        return default if v is None else str(v)
-
-    def int_(self, key: str, default: Optional[int] = None) -> Optional[int]:
-        v = self.attrs.get(key)
-        if v is None or v == "None":
-            return default
-        return int(float(v)) if isinstance(v, str) and "." in v else int(v)
-
-    def float_(self, key: str, default: Optional[float] = None) -> Optional[float]:
-        v = self.attrs.get(key)
-        if v is None or v == "None":
-            return default
-        return float(v)
-
-    def bool_(self, key: str, default: bool = False) -> bool:
-        v = self.attrs.get(key)
-        if v is None:
-            return default
-        s = str(v).strip().lower()
-        if s in ("true", "1"):
-            return True
-        if s in ("false", "0"):
-            return False
-        raise ConversionError(f"{self.op} {self.name!r}: attribute {key}={v!r} is not a boolean")
-
-    def tuple_(self, key: str, default: Optional[Tuple[Any, ...]] = None) -> Optional[Tuple[Any, ...]]:
-        """Parse ``"(1, 2)"``, ``"[1,2]"``, ``"3"``, ``"None"`` or ``"(None, 2)"``."""
-        v = self.attrs.get(key)
-        if v is None:
-            return default
-        return parse_tuple(v)
-
-    def ints(self, key: str, default: Optional[Tuple[int, ...]] = None) -> Optional[Tuple[int, ...]]:
-        t = self.tuple_(key, None)
-        if t is None:
-            return default
-        return tuple(int(x) for x in t)
-
-
-def parse_tuple(v: str) -> Optional[Tuple[Any, ...]]:
-    """Parse an MXNet tuple attribute. ``"None"`` gives ``None``; a scalar gives a 1-tuple."""
-    s = str(v).strip()
-    if s in ("None", ""):
-        return None if s == "None" else ()
-    try:
-        val = ast.literal_eval(s)
-    except (ValueError, SyntaxError) as exc:
-        raise ConversionError(f"cannot parse tuple attribute {v!r}") from exc
-    if isinstance(val, (list, tuple)):
-        return tuple(val)
-    return (val,)
-
 
 Validator = Callable[[OpSpec], Optional[str]]
 
@@ -228,12 +139,12 @@ def register(op: str, *aliases: str, validator: Optional[Validator] = None) -> C
 
 
 def lookup(op: str) -> Optional[OpEntry]:
-    _ensure_loaded()
+    """The entry of ``op``, or ``None`` when no converter is registered. O(1)."""
     return _REGISTRY.get(op)
 
 
 def registered_ops() -> List[str]:
-    _ensure_loaded()
+    """Every operator name with a converter (aliases included), sorted. O(n log n)."""
     return sorted(_REGISTRY)
 
 
@@ -265,17 +176,3 @@ def check(spec: OpSpec) -> Optional[str]:
         if reason:
             return reason
     return None
-
-
-_LOADED = False
-
-
-def _ensure_loaded() -> None:
-    """Import the converter modules once (they register themselves)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    from . import load_all  # noqa: F401  (import registers)
-
-    load_all()

@@ -23,7 +23,8 @@ from .common import MOVE_DTYPES as _MOVE_DTYPES
 from .common import check_dtypes as _check_dtypes, expect_shape as _expect_shape, identity as _identity
 from .common import int64s as _i64, norm_axis as _norm_axis, reshape as _reshape, same_dtypes as _same_dtypes
 from .common import slice_ as _slice, squeeze as _squeeze, unsqueeze as _unsqueeze, validator as _validator
-from .registry import ConvContext, OpSpec, Shape, register
+from .registry import ConvContext, register
+from .spec import OpSpec, Shape
 
 
 # ----------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from .common import cast as _cast, check_dtypes as _check_dtypes, expect_shape a
 from .common import identity as _identity, int64s as _i64, nonzero as _nonzero, norm_axis as _norm_axis
 from .common import outs as _out, reshape as _reshape, same_dtypes as _same_dtypes, scalar_const as _scalar
 from .common import trunc as _toward_zero, validator as _validator
-from .registry import FLOAT_DTYPES, ConvContext, OpSpec, register
+from .registry import FLOAT_DTYPES, ConvContext, register
+from .spec import OpSpec
 
 _MOVE = _validator(dtypes=_MOVE_DTYPES)
 

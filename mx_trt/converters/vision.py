@@ -17,7 +17,8 @@ import numpy as np
 
 from . import pooling  # noqa: F401  (registers Pooling, adaptive pooling and the resizes)
 from .common import attr_float, attr_int, attr_str, check_float, check_outputs, dtype_of, int64s, scalar
-from .registry import ConvContext, OpSpec, register
+from .registry import ConvContext, register
+from .spec import OpSpec
 
 logger = logging.getLogger(__name__)
 

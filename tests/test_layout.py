@@ -1,0 +1,259 @@
+"""The tree's layout rules, read from the source with ``ast`` (nothing is imported).
+
+* Imports between the project's own modules (``passes`` and ``mx_trt``) flow one
+  way: no cycle, counting package ``__init__`` files and imports inside
+  functions, with relative imports resolved.
+* ``passes/`` is pure: it imports neither the plugin nor MXNet, ONNX, ONNX
+  Runtime or TensorRT.
+* No module over :data:`MAX_MODULE_LINES` lines, no class over
+  :data:`MAX_CLASS_LINES` lines.
+* The converter registry imports no converter module (the package
+  ``mx_trt.converters`` imports them; the registry stays a leaf).
+"""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("passes", "mx_trt")
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 300
+#: Top-level packages that ``passes/`` must not import.
+PASSES_FORBIDDEN = ("mx_trt", "mxnet", "onnx", "onnxruntime", "tensorrt", "tensorrt_rtx")
+REGISTRY = "mx_trt.converters.registry"
+#: What the registry may import from its own package: the leaf type module.
+REGISTRY_ALLOWED = ("mx_trt.converters.spec",)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target, resolved to a module name.
+
+    Attributes:
+        target: The imported module (for ``from m import n``: ``m.n`` if that is a
+            module of the project, else ``m``).
+        line: Line of the statement in the importing file.
+    """
+
+    target: str
+    line: int
+
+
+def _modules() -> Dict[str, str]:
+    """Module name -> path, for every ``.py`` file under the project's packages."""
+    mods: Dict[str, str] = {}
+    for pkg in PACKAGES:
+        for root, dirs, files in os.walk(os.path.join(ROOT, pkg)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(root, f)
+                    name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
+    return mods
+
+
+MODULES = _modules()
+_TREES: Dict[str, ast.Module] = {}
+
+
+def _tree(mod: str) -> ast.Module:
+    if mod not in _TREES:
+        with open(MODULES[mod], encoding="utf-8") as f:
+            _TREES[mod] = ast.parse(f.read(), filename=MODULES[mod])
+    return _TREES[mod]
+
+
+def _rel(mod: str) -> str:
+    return os.path.relpath(MODULES[mod], ROOT)
+
+
+def _imports(mod: str) -> Iterator[Import]:
+    """Every import in ``mod`` (also inside functions and ``if`` blocks), absolute names."""
+    is_package = MODULES[mod].endswith("__init__.py")
+    package = mod if is_package else mod.rpartition(".")[0]
+    for node in ast.walk(_tree(mod)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                yield Import(sub if sub in MODULES else source, node.lineno)
+
+
+def _own(target: str) -> Optional[str]:
+    """The project module an import lands in (the longest known prefix), or ``None``."""
+    t = target
+    while t:
+        if t in MODULES:
+            return t
+        t = t.rpartition(".")[0]
+    return None
+
+
+def _edges() -> Dict[str, Dict[str, int]]:
+    """module -> {imported project module: first line importing it}."""
+    edges: Dict[str, Dict[str, int]] = {m: {} for m in MODULES}
+    for m in MODULES:
+        for imp in _imports(m):
+            t = _own(imp.target)
+            if t is not None and t != m:
+                edges[m].setdefault(t, imp.line)
+    return edges
+
+
+def _strongly_connected(edges: Dict[str, Dict[str, int]]) -> List[List[str]]:
+    """Tarjan's components with more than one module, iteratively. O(V + E)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    on_stack: Set[str] = set()
+    stack: List[str] = []
+    out: List[List[str]] = []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work: List[Tuple[str, Iterator[str]]] = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def _a_cycle(comp: List[str], edges: Dict[str, Dict[str, int]]) -> List[str]:
+    """One shortest cycle through the component's first module (BFS inside the component)."""
+    members = set(comp)
+    start = comp[0]
+    parent: Dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: List[str] = []
+        for v in frontier:
+            for w in sorted(edges[v]):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start] + path[::-1][1:] + [start]
+                if w in members and w not in parent:
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return comp + [comp[0]]  # unreachable for a strongly connected component
+
+
+def test_no_import_cycle_between_the_projects_modules() -> None:
+    edges = _edges()
+    problems = []
+    for comp in _strongly_connected(edges):
+        cycle = _a_cycle(comp, edges)
+        steps = " -> ".join(
+            f"{b} ({_rel(a)}:{edges[a][b]})" for a, b in zip(cycle, cycle[1:]))
+        problems.append(f"import cycle among {', '.join(comp)}:\n    {cycle[0]} -> {steps}")
+    assert not problems, (
+        "imports must flow one way (imports inside functions count; break the cycle by moving "
+        "the shared part to a lower module or by passing a callable in):\n" + "\n".join(problems))
+
+
+def test_passes_import_neither_the_plugin_nor_mxnet_onnx_or_tensorrt() -> None:
+    problems = []
+    for m in sorted(MODULES):
+        if not m.startswith("passes"):
+            continue
+        for imp in _imports(m):
+            top = imp.target.split(".")[0]
+            if top in PASSES_FORBIDDEN:
+                problems.append(f"{_rel(m)}:{imp.line} imports {imp.target}")
+    assert not problems, (
+        f"passes/ is pure Python on the IR and must not import {', '.join(PASSES_FORBIDDEN)}:\n"
+        + "\n".join(problems))
+
+
+def _line_count(path: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def test_no_module_over_the_line_limit() -> None:
+    big = sorted(((_line_count(p), m) for m, p in MODULES.items()), reverse=True)
+    problems = [f"{_rel(m)}: {n} lines" for n, m in big if n > MAX_MODULE_LINES]
+    assert not problems, (
+        f"modules over {MAX_MODULE_LINES} lines (split them by responsibility):\n" + "\n".join(problems))
+
+
+def test_no_class_over_the_line_limit() -> None:
+    problems = []
+    for m in sorted(MODULES):
+        for node in ast.walk(_tree(m)):
+            if isinstance(node, ast.ClassDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_CLASS_LINES:
+                    problems.append(f"{_rel(m)}:{node.lineno} class {node.name}: {n} lines")
+    assert not problems, f"classes over {MAX_CLASS_LINES} lines:\n" + "\n".join(problems)
+
+
+def test_the_converter_registry_imports_no_converter() -> None:
+    assert REGISTRY in MODULES, f"{REGISTRY} is missing: update tests/test_layout.py if it moved"
+    problems = []
+    for imp in _imports(REGISTRY):
+        t = _own(imp.target)
+        if t is not None and (t == "mx_trt.converters" or t.startswith("mx_trt.converters.")) \
+                and t not in REGISTRY_ALLOWED:
+            problems.append(f"{_rel(REGISTRY)}:{imp.line} imports {t}")
+    assert not problems, (
+        "the registry must stay a leaf of mx_trt.converters (the package imports the converter "
+        f"modules; the registry may import only {', '.join(REGISTRY_ALLOWED)}):\n" + "\n".join(problems))
+
+
+# -- the checker itself, on small trees -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edges, expected", [
+    ({"a": {"b": 1}, "b": {}}, []),
+    ({"a": {"b": 1}, "b": {"a": 2}}, [["a", "b"]]),
+    ({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}, [["a", "b", "c"]]),
+])
+def test_cycle_finder(edges: Dict[str, Dict[str, int]], expected: List[List[str]]) -> None:
+    assert sorted(_strongly_connected(edges)) == expected
+    for comp in expected:
+        cycle = _a_cycle(comp, edges)
+        assert cycle[0] == cycle[-1] and set(cycle) == set(comp)

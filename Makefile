@@ -4,7 +4,7 @@
 #   make venv       .venv with the pinned stack and mx_trt installed (non-editable)
 #   make test       the test suite (PYTEST_ARGS="-m gpu" and the like are passed on)
 #   make typecheck  mypy on passes/ and mx_trt/
-#   make demo       python -m mx_trt.demo
+#   make demo       python -m mx_trt.tools.demo
 #   make bench      benchmarks/run.py
 #   make clean      build outputs and caches; `make distclean` also removes .venv
 
@@ -152,7 +152,7 @@ typecheck: venv
 	$(VENV_PY) -m mypy passes mx_trt
 
 demo: venv
-	$(VENV_PY) -m mx_trt.demo
+	$(VENV_PY) -m mx_trt.tools.demo
 
 bench: venv
 	$(PIP_INSTALL) -r $(REQ)/bench.txt

@@ -226,8 +226,10 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
     """Fused node forward minus its engine's run, next to a no-op custom operator, per case."""
     import mxnet as mx
 
-    from mx_trt import cli
-    from mx_trt.cli import Checkpoint, WholeModelEngine, bind_accelerated, forward_fn, measure, settings_from_env
+    from mx_trt.tools.cli.binding import WholeModelEngine, bind_accelerated
+    from mx_trt.tools.cli.checkpoint import Checkpoint
+    from mx_trt.tools.cli.options import backend_for, settings_from_env
+    from mx_trt.tools.cli.timing import forward_fn, measure
     from tests.mxcheck import random_params
 
     _register_noop()
@@ -241,7 +243,7 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
     }
     settings = settings_from_env()
     ctx = mx.cpu()
-    backend = cli.backend_for(ctx, settings)
+    backend = backend_for(ctx, settings)
     rows = []
     for label, (sym, shape) in cases.items():
         args, aux = random_params(sym, {"data": shape})
@@ -287,22 +289,25 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     """``mxtrt bench``'s measurement on model-zoo models with seeded random weights."""
     import mxnet as mx
 
-    from mx_trt import cli
+    from mx_trt.tools.cli.bench import bench_one, bench_steps
+    from mx_trt.tools.cli.checkpoint import Checkpoint
+    from mx_trt.tools.cli.options import backend_for, settings_from_env
+    from mx_trt.tools.cli.timing import Progress
     from tests.test_model_zoo import zoo_model
 
-    settings = cli.settings_from_env()
+    settings = settings_from_env()
     ctx = mx.cpu()
-    backend = cli.backend_for(ctx, settings)
-    progress = cli.Progress(len(models) * len(batches) * 3 * cli.bench_steps(runs, warmup))
+    backend = backend_for(ctx, settings)
+    progress = Progress(len(models) * len(batches) * 3 * bench_steps(runs, warmup))
     rows = []
     try:
         for name in models:
             sym, args, aux, size = zoo_model(name)
-            ckpt = cli.Checkpoint(name, 0, sym, args, aux)
+            ckpt = Checkpoint(name, 0, sym, args, aux)
             for b in batches:
                 with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
-                    r = cli.bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs, warmup,
-                                      progress)
+                    r = bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs, warmup,
+                                  progress)
                 _forget_engines()
                 row = {"model": name, **r.to_json()}
                 rows.append(row)

@@ -6,7 +6,7 @@ into two subgraphs around one native node::
     data -> a_conv -> a_relu -> [sq] -> b_conv -> b_relu -> fc
 
 The second one (``plain``) converts entirely, so ``bench`` can time it as one engine.
-The CLI runs in-process through ``main(argv)``, and once as ``python -m mx_trt.cli``.
+The CLI runs in-process through ``main(argv)``, and once as ``python -m mx_trt.tools.cli``.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt import cli
 from mx_trt.backends import onnxruntime as ort_backend
+from mx_trt.tools.cli.main import main
+from mx_trt.tools.cli.timing import Progress
 from tests import userops
 from tests.mxcheck import random_params
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPE = ["--shape", "data=1,3,8,8"]
 
 
@@ -51,7 +52,7 @@ def models(tmp_path_factory):
 
 
 def run(capsys, *argv):
-    code = cli.main([str(a) for a in argv])
+    code = main([str(a) for a in argv])
     got = capsys.readouterr()
     return code, got.out, got.err
 
@@ -191,7 +192,7 @@ def test_progress_bar_on_a_terminal():
             pass
 
     stream = Tty()
-    p = cli.Progress(4, stream=stream)
+    p = Progress(4, stream=stream)
     p.phase("timing")
     p.advance(2)
     p.close()
@@ -254,12 +255,12 @@ def test_unregistered_custom_op(tmp_path, capsys):
 
 def test_subprocess_exit_status(models, tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    bad = subprocess.run([sys.executable, "-m", "mx_trt.cli", "partition", str(tmp_path / "missing"), *SHAPE],
+    bad = subprocess.run([sys.executable, "-m", "mx_trt.tools.cli", "partition", str(tmp_path / "missing"), *SHAPE],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [f"mxtrt: error: no symbol file {tmp_path / 'missing'}-symbol.json "
                                                "(give the checkpoint prefix, without -symbol.json)"]
-    ok = subprocess.run([sys.executable, "-m", "mx_trt.cli", "verify", models["net"], *SHAPE,
+    ok = subprocess.run([sys.executable, "-m", "mx_trt.tools.cli", "verify", models["net"], *SHAPE,
                          "--import", os.path.join(ROOT, "tests", "userops.py")],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr

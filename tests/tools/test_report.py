@@ -9,8 +9,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from mx_trt import report as rpt
+from mx_trt.tools import report as rpt
+from mx_trt.tools.report.model import boundaries
 from mx_trt.bind import Plan
+from passes.cost import estimate_macs
 from passes.fuse import boundary
 from passes.ir import Entry, build_graph
 from passes.partition import partition
@@ -47,7 +49,7 @@ SVG = "{http://www.w3.org/2000/svg}"
     ],
 )
 def test_estimate_macs(op, attrs, ins, outs, expected):
-    assert rpt.estimate_macs(op, attrs, ins, outs) == expected
+    assert estimate_macs(op, attrs, ins, outs) == expected
 
 
 def test_format_count():
@@ -119,7 +121,7 @@ def test_boundaries_agree_with_the_fuse_pass():
     g = plan.graph
     absorbed = plan.absorbed_ids()
     groups = [s.nodes for s in plan.partition.subgraphs]
-    for (ins, outs), nodes in zip(rpt._boundaries(g, groups, absorbed), groups):
+    for (ins, outs), nodes in zip(boundaries(g, groups, absorbed), groups):
         assert (ins, outs) == tuple(boundary(g, nodes, absorbed))
 
 

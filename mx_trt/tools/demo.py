@@ -1,6 +1,6 @@
 """The main job: ResNet-50 v1 bound natively and with the pass, side by side.
 
-``python -m mx_trt.demo [--model resnet50_v1] [--batch 1] [--runs 20] [--out demo_out]``
+``python -m mx_trt.tools.demo [--model resnet50_v1] [--batch 1] [--runs 20] [--out demo_out]``
 
 Builds the model from MXNet's model zoo with seeded random weights (no download),
 saves a checkpoint, loads it back as a user would, binds it with
@@ -19,6 +19,10 @@ import time
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
+
+from ..api import bind_info
+from ..engines import clear_pool
+from .cli.timing import forward_fn, measure
 
 
 def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:
@@ -54,21 +58,6 @@ def make_checkpoint(model: str, prefix: str, seed: int = 0, image: int = 224) ->
     return prefix, 0
 
 
-def time_forward(exe: Any, runs: int, warmup: int = 3) -> List[float]:
-    """Latencies (ms) of ``runs`` inference forwards, each waited for."""
-    for _ in range(warmup):
-        exe.forward(is_train=False)
-        exe.outputs[0].wait_to_read()
-    out = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        exe.forward(is_train=False)
-        for o in exe.outputs:
-            o.wait_to_read()
-        out.append((time.perf_counter() - t) * 1e3)
-    return out
-
-
 def main(argv: List[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50_v1")
@@ -81,8 +70,6 @@ def main(argv: List[str] | None = None) -> int:
     logging.getLogger("mx_trt").setLevel(logging.INFO)
 
     import mxnet as mx
-
-    import mx_trt
 
     image = 299 if args.model.startswith("inception") else 224
     prefix, epoch = make_checkpoint(args.model, os.path.join(args.out, args.model), args.seed, image)
@@ -105,7 +92,7 @@ def main(argv: List[str] | None = None) -> int:
         results[label] = (exe.outputs[0].asnumpy(), bind_s)
         executors[label] = exe
 
-    info = mx_trt.bind_info(executors["mx_trt"])
+    info = bind_info(executors["mx_trt"])
     print(f"\n== {args.model}, batch {args.batch}, backend {info.backend if info else 'none'} ==")
     if info is None:
         print("the pass did not run (see the warning above)")
@@ -132,19 +119,17 @@ def main(argv: List[str] | None = None) -> int:
     print(f"largest absolute difference of the outputs: {float(np.abs(ref - got).max()):.3g} "
           f"(output range {float(np.abs(ref).max()):.3g})")
     # A second accelerated bind, as a new process would do it: engines come from the plan cache.
-    from .engines import clear_pool
-
     clear_pool()
     t = time.perf_counter()
     again = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
     warm_s = time.perf_counter() - t
-    warm = mx_trt.bind_info(again)
+    warm = bind_info(again)
     loads = warm.loads if warm is not None else 0
     cached = f"{loads} engine(s) from the plan cache" if loads else "plan cache off (MXNET_TENSORRT_CACHE_DIR empty)"
     print(f"bind: native {results['native'][1]:.2f} s, mx_trt {results['mx_trt'][1]:.2f} s "
           f"({info.builds} built, {info.loads} loaded), mx_trt again {warm_s:.2f} s ({cached})")
     del again
-    lat = {k: statistics.median(time_forward(e, args.runs)) for k, e in executors.items()}
+    lat = {k: statistics.median(measure(forward_fn(e), args.runs, 3)) for k, e in executors.items()}
     print(f"median latency over {args.runs} runs: native {lat['native']:.1f} ms, mx_trt {lat['mx_trt']:.1f} ms "
           f"(native/mx_trt = {lat['native'] / lat['mx_trt']:.2f}x)")
     return 0

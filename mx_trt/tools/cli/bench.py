@@ -1,0 +1,184 @@
+"""``mxtrt bench``: native vs accelerated vs the whole model as one engine, per batch size."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .binding import WholeModelEngine, bind_accelerated, bind_native, run_executor, whole_model_note
+from .checkpoint import Checkpoint, load_model, random_inputs, resolve_shapes
+from .options import EXIT_OK, Shape, UsageError, default_batches, engine_setup, parse_batches, shapes_text, with_batch
+from .timing import Progress, forward_fn, latency_stats, measure
+
+#: Timed runs are split into this many rounds, variants alternating, so that drift
+#: (another process, thermal state) hits all of them alike.
+BENCH_ROUNDS = 5
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``bench`` and its options on the subcommand set ``sub``."""
+    p = sub.add_parser("bench", parents=[common], help="latency: native, accelerated, whole model as one engine",
+                       description="Time native MXNet, the accelerated executor and (where every operator "
+                                   "converts) the whole model as one engine, side by side.")
+    p.add_argument("--batch", metavar="B1,B2,...", help="batch sizes (replace dim 0 of every --shape)")
+    p.add_argument("--runs", type=int, default=20, help="timed runs per variant (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--no-whole", action="store_true", help="skip the whole-model engine")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class BenchRow:
+    """``bench``'s measurements at one batch size."""
+
+    batch: int
+    shapes: Dict[str, Shape]
+    native: Dict[str, float]
+    accelerated: Dict[str, float]
+    whole_model: Optional[Dict[str, float]]
+    whole_model_note: str
+    engines: int
+    ops_in_engines: int
+    ops_total: int
+    bind_s: Dict[str, float] = field(default_factory=dict)
+
+    def ratios(self) -> Dict[str, Optional[float]]:
+        acc = self.accelerated["median_ms"]
+        whole = self.whole_model["median_ms"] if self.whole_model else None
+        best = self.whole_model["min_ms"] if self.whole_model else None
+        return {
+            "native/accelerated": self.native["median_ms"] / acc if acc else None,
+            "accelerated/whole_model": acc / whole if whole else None,
+            # Fastest runs: the least disturbed by other processes on the machine.
+            "accelerated/whole_model_best": self.accelerated["min_ms"] / best if best else None,
+        }
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "batch": self.batch, "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "native": self.native, "accelerated": self.accelerated, "whole_model": self.whole_model,
+            "whole_model_note": self.whole_model_note, "engines": self.engines,
+            "ops_in_engines": self.ops_in_engines, "ops_total": self.ops_total, "bind_s": self.bind_s,
+            "ratios": self.ratios(),
+        }
+
+
+def bench_steps(runs: int, warmup: int) -> int:
+    """Forward calls :func:`bench_one` makes per variant (for a progress bar)."""
+    return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
+
+
+def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
+              runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True) -> BenchRow:
+    """Native, accelerated and whole-model latencies at one batch size, in this process.
+
+    All executors are bound first; then ``runs`` timed runs per variant are
+    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants,
+    each round starting with one untimed run (``warmup`` untimed runs before
+    the first).
+    """
+    bshapes = with_batch(shapes, batch)
+    feeds = random_inputs(bshapes, seed)
+    progress.phase(f"batch {batch}: binding natively")
+    t = time.perf_counter()
+    native = bind_native(ckpt, bshapes, ctx)
+    bind_native_s = time.perf_counter() - t
+    run_executor(native, feeds)
+    progress.phase(f"batch {batch}: binding accelerated")
+    t = time.perf_counter()
+    exe, info = bind_accelerated(ckpt, bshapes, ctx, settings, backend)
+    bind_acc_s = time.perf_counter() - t
+    run_executor(exe, feeds)
+    # The direct run hands the engine host buffers: CPU engines only for now.
+    engine = WholeModelEngine.from_bind(info) if whole and ctx.device_type == "cpu" else None
+    variants: Dict[str, Callable[[], None]] = {"native": forward_fn(native), "accelerated": forward_fn(exe)}
+    if engine is not None:
+        engine.set_inputs(feeds)
+        variants["whole model"] = engine.run
+        note = "the accelerated executor's only engine, run directly on numpy buffers"
+    else:
+        progress.advance(bench_steps(runs, warmup))
+        note = ("not measured" if not whole else "measured on CPU contexts only" if ctx.device_type != "cpu"
+                else f"not one engine: {whole_model_note(info)}")
+    rounds = max(1, min(BENCH_ROUNDS, runs))
+    times: Dict[str, List[float]] = {k: [] for k in variants}
+    for r in range(rounds):
+        n = runs // rounds + (1 if r < runs % rounds else 0)
+        for name, fn in variants.items():
+            progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
+            times[name] += measure(fn, n, warmup if r == 0 else 1, progress.advance)
+    whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
+    inside, total = info.plan.op_counts()
+    row = BenchRow(batch, bshapes, latency_stats(times["native"], batch), latency_stats(times["accelerated"], batch),
+                   whole_stats, note, len(info.engines), inside, total,
+                   {"native": bind_native_s, "accelerated": bind_acc_s})
+    del exe, info, engine, native, variants
+    return row
+
+
+def _fmt_ratio(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def bench_table(rows: Sequence[BenchRow]) -> str:
+    """The side-by-side table ``mxtrt bench`` prints."""
+    head = ("batch", "native ms", "p90", "/s", "accel ms", "p90", "/s", "whole ms", "p90", "/s",
+            "native/accel", "accel/whole")
+    table: List[Tuple[str, ...]] = [head]
+    for r in rows:
+        cells = [str(r.batch)]
+        for st in (r.native, r.accelerated, r.whole_model):
+            if st is None:
+                cells += ["-", "-", "-"]
+            else:
+                cells += [f"{st['median_ms']:.2f}", f"{st['p90_ms']:.2f}", f"{st['throughput']:.1f}"]
+        ratios = r.ratios()
+        cells += [_fmt_ratio(ratios["native/accelerated"]), _fmt_ratio(ratios["accelerated/whole_model"])]
+        table.append(tuple(cells))
+    widths = [max(len(t[i]) for t in table) for i in range(len(head))]
+    lines = []
+    for k, t in enumerate(table):
+        lines.append("  ".join(c.rjust(w) for c, w in zip(t, widths)))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Time the variants at every ``--batch`` and print the table (or JSON)."""
+    batches = parse_batches(args.batch) if args.batch else None
+    if args.runs < 1 or args.warmup < 0:
+        raise UsageError("--runs must be >= 1 and --warmup >= 0")
+    ckpt, shapes, _ = load_model(args)
+    settings, ctx, backend = engine_setup(args)
+    if batches is None:
+        batches = default_batches(shapes)
+    else:
+        for b in batches:  # every batch must fit before anything is timed
+            resolve_shapes(ckpt, with_batch(shapes, b))
+    progress = Progress(len(batches) * 3 * bench_steps(args.runs, args.warmup))
+    rows = []
+    try:
+        for b in batches:
+            rows.append(bench_one(ckpt, shapes, b, ctx, settings, backend, args.runs, args.warmup, progress,
+                                  args.seed, whole=not args.no_whole))
+    finally:
+        progress.close()
+    if args.json:
+        print(json.dumps({
+            "model": ckpt.prefix, "inputs": {k: list(v) for k, v in shapes.items()}, "backend": backend.name,
+            "ctx": args.ctx, "runs": args.runs, "warmup": args.warmup, "results": [r.to_json() for r in rows],
+        }, indent=2))
+    else:
+        print(f"model: {ckpt.prefix}  inputs: {shapes_text(shapes)}  backend: {backend.name}  "
+              f"{args.runs} runs after {args.warmup} warm-up, latency in ms, throughput in samples/s")
+        sys.stdout.write(bench_table(rows))
+        for r in rows:
+            if r.whole_model is None:
+                print(f"batch {r.batch}: whole model {r.whole_model_note}")
+    return EXIT_OK

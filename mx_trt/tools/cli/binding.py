@@ -1,0 +1,73 @@
+"""Binding a checkpoint natively or with the pass, running it, and its whole-model engine."""
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ...backends import Buffer
+from ...bind import bind_with_backend
+from ...hook import disabled
+from .checkpoint import Checkpoint
+from .options import Shape
+
+
+def bind_native(ckpt: Checkpoint, shapes: Mapping[str, Shape], ctx: Any) -> Any:
+    """MXNet's own bind, whatever ``MXNET_USE_TENSORRT`` says."""
+    with disabled():
+        exe = ckpt.symbol.simple_bind(ctx, grad_req="null", shared_buffer=ckpt.params, **shapes)
+    exe.copy_params_from(ckpt.arg_params, ckpt.aux_params, allow_extra_params=True)
+    return exe
+
+
+def bind_accelerated(ckpt: Checkpoint, shapes: Mapping[str, Shape], ctx: Any, settings: Any, backend: Any) -> Tuple[Any, Any]:
+    """The pass's bind: ``(executor, BindInfo)``."""
+    return bind_with_backend(ckpt.symbol, ctx, backend, settings, dict(ckpt.params), dict(shapes))
+
+
+def run_executor(exe: Any, inputs: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+    """Copy ``inputs`` in, run one inference forward, return the outputs."""
+    for k, v in inputs.items():
+        exe.arg_dict[k][:] = v
+    exe.forward(is_train=False)
+    return [o.asnumpy() for o in exe.outputs]
+
+
+class WholeModelEngine:
+    """The engine of an executor whose single subgraph holds every operator, run without MXNet.
+
+    The reference for the cost of the fused node: the same engine, called
+    directly on numpy buffers.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.inputs = {t.name: np.zeros(t.shape, dtype=t.dtype) for t in engine.inputs}
+        self.outputs = [np.zeros(t.shape, dtype=t.dtype) for t in engine.outputs]
+        self._in = [Buffer(self.inputs[t.name].ctypes.data, tuple(t.shape), t.dtype) for t in engine.inputs]
+        self._out = [Buffer(a.ctypes.data, tuple(a.shape), a.dtype.name) for a in self.outputs]
+
+    @classmethod
+    def from_bind(cls, info: Any) -> Optional["WholeModelEngine"]:
+        """The whole-model engine of a bind, or ``None`` unless every operator is in one engine."""
+        inside, total = info.plan.op_counts()
+        if len(info.engines) != 1 or info.native_failures or inside != total:
+            return None
+        return cls(info.engines[0].engine)
+
+    def set_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        for name, buf in self.inputs.items():
+            buf[...] = inputs[name]
+
+    def run(self) -> None:
+        self.engine.run(self._in, self._out)
+
+
+def whole_model_note(info: Any) -> str:
+    """Why the whole model is not one engine (for reports)."""
+    inside, total = info.plan.op_counts()
+    if inside != total:
+        return f"{total - inside} of {total} operators stay native"
+    if info.native_failures:
+        return "an engine failed to build"
+    return f"{len(info.engines)} engines"

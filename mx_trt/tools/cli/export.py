@@ -1,0 +1,52 @@
+"""``mxtrt export``: the optimized symbol, the remaining params and the engines, for :func:`mx_trt.load`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ...export import export_model
+from .checkpoint import load_model
+from .options import EXIT_OK, UsageError, engine_setup, shapes_text
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``export`` and its options on the subcommand set ``sub``."""
+    p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
+                       description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
+                                   "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
+                                   "without building anything.")
+    p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
+    p.add_argument("--json", action="store_true", help="print the manifest")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bind with the pass and write OUTDIR; print what was written and how to bind it again.
+
+    Raises:
+        UsageError: a bad ``--max-batch``, OUTDIR a file, or OUTDIR not empty without ``--force``.
+    """
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UsageError("--max-batch must be >= 1")
+    outdir = os.path.abspath(args.outdir)
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise UsageError(f"{outdir} is a file, not a folder")
+    if os.path.isdir(outdir) and os.listdir(outdir) and not args.force:
+        raise UsageError(f"{outdir} is not empty (use --force to replace an earlier export)")
+    ckpt, shapes, _ = load_model(args)
+    settings, ctx, backend = engine_setup(args)
+    manifest = export_model(ckpt.symbol, ctx, ckpt.params, shapes, outdir, settings, backend, overwrite=args.force)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(f"exported {ckpt.prefix} to {outdir}: {len(manifest['engines'])} engine(s) "
+              f"({manifest['backend_version']}, {manifest['device']}), inputs {shapes_text(shapes)}")
+        for name, why in manifest["native_failures"].items():
+            print(f"  {name} stays native: {why}")
+        print(f"bind it with: mx_trt.load({outdir!r}, mx.{ctx.device_type}())")
+    return EXIT_OK

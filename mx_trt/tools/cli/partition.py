@@ -1,0 +1,51 @@
+"""``mxtrt partition``: the subgraphs, the shares in engines, the native nodes and why."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Dict
+
+from ...bind import analyze
+from ..report import build_report, render_html, render_svg, render_table, report_to_json
+from .binding import bind_accelerated
+from .checkpoint import load_model
+from .options import EXIT_OK, engine_setup, write_text
+
+logger = logging.getLogger(__name__)
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``partition`` and its options on the subcommand set ``sub``."""
+    p = sub.add_parser("partition", parents=[common], help="subgraphs, shares in engines, native nodes and why",
+                       description="Show how the pass partitions the model (no engine is built unless --build).")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--svg", metavar="FILE", help="draw the graph as SVG: subgraphs coloured, native nodes with reasons")
+    p.add_argument("--html", metavar="FILE", help="an HTML page with the tables and the drawing")
+    p.add_argument("--collapse", action=argparse.BooleanOptionalAction, default=None,
+                   help="draw each subgraph as one box (default: from 1,000 operators)")
+    p.add_argument("--build", action="store_true", help="also build the engines and report build failures")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyse (or, with ``--build``, bind) the model and print or draw its partition report."""
+    ckpt, shapes, _ = load_model(args)
+    settings, ctx, backend = engine_setup(args)
+    failures: Dict[str, str] = {}
+    if args.build:
+        _, info = bind_accelerated(ckpt, shapes, ctx, settings, backend)
+        plan, failures = info.plan, dict(info.native_failures)
+    else:
+        plan = analyze(ckpt.symbol, shapes, ckpt.params, settings, backend)
+    report = build_report(plan, model=ckpt.prefix, backend=backend.name, failures=failures)
+    for path, render in ((args.svg, render_svg), (args.html, render_html)):
+        if path:
+            write_text(path, render(report, plan, collapse=args.collapse))
+            logger.info("wrote %s", path)
+    if args.json:
+        print(json.dumps(report_to_json(report), indent=2))
+    else:
+        sys.stdout.write(render_table(report))
+    return EXIT_OK

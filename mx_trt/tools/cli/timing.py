@@ -1,0 +1,97 @@
+"""Timing forwards: latencies, their statistics, and a progress bar for long measurements."""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class Progress:
+    """A progress bar on stderr when it is a terminal; otherwise one log line per phase."""
+
+    def __init__(self, total: int, stream: Optional[TextIO] = None, width: int = 28) -> None:
+        self.total = max(1, total)
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.width = width
+        self.label = ""
+        self.started = time.perf_counter()
+        self._drawn = 0.0
+
+    def phase(self, label: str) -> None:
+        """Start a named phase (logged when not on a terminal)."""
+        self.label = label
+        if self.tty:
+            self._draw()
+        else:
+            logger.info("%s", label)
+
+    def advance(self, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        now = time.perf_counter()
+        if self.tty and now - self._drawn >= 0.1:  # redraws cost time between timed runs
+            self._draw()
+
+    def _draw(self) -> None:
+        frac = self.done / self.total
+        filled = int(round(frac * self.width))
+        elapsed = time.perf_counter() - self.started
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {100 * frac:5.1f}% {elapsed:6.1f}s  {self.label[:48]:<48}")
+        self.stream.flush()
+        self._drawn = time.perf_counter()
+
+    def close(self) -> None:
+        if self.tty:
+            self.done = self.total
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def measure(fn: Callable[[], None], runs: int, warmup: int, tick: Optional[Callable[[], None]] = None) -> List[float]:
+    """Latencies (ms) of ``runs`` calls of ``fn`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+        if tick:
+            tick()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+        if tick:
+            tick()
+    return out
+
+
+def forward_fn(exe: Any) -> Callable[[], None]:
+    """One waited-for inference forward of ``exe``."""
+
+    def run() -> None:
+        exe.forward(is_train=False)
+        for o in exe.outputs:
+            o.wait_to_read()
+
+    return run
+
+
+def latency_stats(ms: Sequence[float], batch: int) -> Dict[str, float]:
+    """Median, p90, mean, min (ms) and throughput (samples/s at the median)."""
+    med = statistics.median(ms)
+    return {
+        "median_ms": med,
+        "min_ms": min(ms),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "mean_ms": statistics.fmean(ms),
+        "throughput": batch * 1e3 / med if med > 0 else math.inf,
+        "runs": len(ms),
+    }

@@ -14,7 +14,8 @@ from ...errors import MxTrtError
 from ...settings import env_override
 from .binding import bind_accelerated
 from .checkpoint import load_model, resolve_shapes
-from .options import EXIT_FAILED, EXIT_OK, UsageError, default_batches, engine_setup, parse_batches, with_batch
+from .options import (EXIT_FAILED, EXIT_OK, UsageError, add_max_batch, check_max_batch, default_batches, engine_setup,
+                      parse_batches, with_batch)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -23,8 +24,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Build the engines the bind would build and store them in the plan cache "
                                    "(MXNET_TENSORRT_CACHE_DIR), so that later binds load them.")
     p.add_argument("--batch", metavar="B1,B2,...", help="batch sizes to build for (replace dim 0 of every --shape)")
-    p.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+    add_max_batch(p)
     p.add_argument("--cache-dir", metavar="DIR", help="the plan cache folder (default: MXNET_TENSORRT_CACHE_DIR)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
         ``EXIT_OK``, or ``EXIT_FAILED`` when engines were built but none was stored.
     """
     batches = parse_batches(args.batch) if args.batch else None
-    if args.max_batch is not None and args.max_batch < 1:
-        raise UsageError("--max-batch must be >= 1")
+    check_max_batch(args)
     with env_override({ENV_DIR: os.path.abspath(args.cache_dir)} if args.cache_dir else {}):
         cache = _usable_cache()
         before = {e.key for e in cache.entries()}

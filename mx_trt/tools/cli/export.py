@@ -8,7 +8,7 @@ from typing import Any
 
 from ...export import export_model
 from .checkpoint import load_model
-from .options import EXIT_OK, UsageError, engine_setup, shapes_text
+from .options import EXIT_OK, UsageError, add_max_batch, check_max_batch, engine_setup, shapes_text
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -18,8 +18,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                                    "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
                                    "without building anything.")
     p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
-    p.add_argument("--max-batch", type=int, default=None, metavar="N",
-                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+    add_max_batch(p)
     p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
     p.add_argument("--json", action="store_true", help="print the manifest")
     p.set_defaults(func=run)
@@ -31,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         UsageError: a bad ``--max-batch``, OUTDIR a file, or OUTDIR not empty without ``--force``.
     """
-    if args.max_batch is not None and args.max_batch < 1:
-        raise UsageError("--max-batch must be >= 1")
+    check_max_batch(args)
     outdir = os.path.abspath(args.outdir)
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise UsageError(f"{outdir} is a file, not a folder")

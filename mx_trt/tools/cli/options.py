@@ -121,6 +121,20 @@ def backend_for(ctx: Any, settings: Settings) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def add_max_batch(p: argparse.ArgumentParser) -> None:
+    """Add ``--max-batch N`` (dynamic batch engines, as ``MXNET_TENSORRT_MAX_BATCH_SIZE``) to ``p``."""
+    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+                   help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
+
+
+def check_max_batch(args: argparse.Namespace) -> None:
+    """Raises:
+        UsageError: ``--max-batch`` given and below 1.
+    """
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UsageError("--max-batch must be >= 1")
+
+
 def engine_setup(args: argparse.Namespace) -> Tuple[Settings, Any, Any]:
     """Settings (``--fp16``, and ``--max-batch`` where the command has it), context and backend.
 

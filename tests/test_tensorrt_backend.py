@@ -26,10 +26,15 @@ import pytest
 
 import mx_trt
 from mx_trt.backends import BACKENDS, Buffer, BuildOptions, select_backend
-from mx_trt.backends import cuda
-from mx_trt.backends import tensorrt as trtb
 from mx_trt.backends.base import TensorSpec
-from mx_trt.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine
+from mx_trt.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine, cuda, load_engine
+from mx_trt.backends.tensorrt.builder import workspace_limit
+from mx_trt.backends.tensorrt.caches import load_timing_cache
+from mx_trt.backends.tensorrt.diagnostics import parser_error_messages
+from mx_trt.backends.tensorrt.flavours import rtx_specialization
+from mx_trt.backends.tensorrt.logs import LogCapture, logger_for
+from mx_trt.backends.tensorrt.shapes import (batch_rule_output_shapes, context_output_shapes, dims_tuple, make_profiles,
+                                             profiles_from_batch_ranges, select_profile)
 from mx_trt.bind import analyze
 from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, MxTrtError, ShapeError
 from mx_trt.onnx_export import export_subgraph
@@ -62,7 +67,7 @@ def export_all(sym, shapes, dynamic_batch=None):
     """Every subgraph of ``sym`` exported the way a bind would, weights from seeded random values."""
     args, aux = random_params(sym, shapes)
     params = {**args, **aux}
-    plan = analyze(sym, shapes, params, Settings(), None)
+    plan = analyze(sym, shapes, params, Settings.from_env(), None)
     absorbed = plan.absorbed_ids()
     weights = {k: v.asnumpy() for k, v in params.items()}
     out = []
@@ -173,12 +178,12 @@ def test_cuda_wrapper_says_why_there_is_no_device():
 
 
 def test_workspace_env():
-    assert trtb.workspace_limit({}) is None
-    assert trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": " "}) is None
-    assert trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": "256"}) == 256 << 20
+    assert workspace_limit({}) is None
+    assert workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": " "}) is None
+    assert workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": "256"}) == 256 << 20
     for bad in ("abc", "0", "-4", "1.5"):
         with pytest.raises(MxTrtError, match="MXNET_TENSORRT_WORKSPACE_MB"):
-            trtb.workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": bad})
+            workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": bad})
 
 
 def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
@@ -198,11 +203,11 @@ def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
 
 def test_rtx_specialization_setting(monkeypatch):
     monkeypatch.delenv("MXNET_TENSORRT_RTX_SPECIALIZATION", raising=False)
-    assert trtb.rtx_specialization({}) == "lazy"
-    assert trtb.rtx_specialization({}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "EAGER"}) == "eager"
-    assert trtb.rtx_specialization({"rtx_specialization": "none"}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "eager"}) == "none"
+    assert rtx_specialization({}) == "lazy"
+    assert rtx_specialization({}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "EAGER"}) == "eager"
+    assert rtx_specialization({"rtx_specialization": "none"}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "eager"}) == "none"
     with pytest.raises(MxTrtError, match="lazy, eager, none"):
-        trtb.rtx_specialization({"rtx_specialization": "sometimes"})
+        rtx_specialization({"rtx_specialization": "sometimes"})
 
 
 # --------------------------------------------------------------------------- profiles
@@ -214,20 +219,20 @@ NAMES = {"data": ["batch", None, None, None], "mask": [None]}
 
 def test_static_inputs_get_one_fixed_profile():
     dims = {"data": (2, 3, 8, 8)}
-    assert trtb.make_profiles(dims, None, "sg") == [{"data": ((2, 3, 8, 8),) * 3}]
+    assert make_profiles(dims, None, "sg") == [{"data": ((2, 3, 8, 8),) * 3}]
 
 
 def test_dynamic_inputs_without_profiles_are_an_error():
     with pytest.raises(EngineBuildError, match=r"input 'data' \(\?, 3, 8, 8\) has dynamic axis 0 \('batch'\).*extra\['profiles'\]"):
-        trtb.make_profiles(DIMS, None, "sg", NAMES)
+        make_profiles(DIMS, None, "sg", NAMES)
 
 
 def test_profiles_are_completed_and_checked():
-    p = trtb.make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)]}], "sg")
+    p = make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)]}], "sg")
     assert p == [{"data": ((1, 3, 8, 8), (2, 3, 8, 8), (8, 3, 8, 8)), "mask": ((4,), (4,), (4,))}]
     # An input left out whose only dynamic axis is the batch follows the others' batch range.
     two = {"a": (-1, 3), "b": (-1, 5)}
-    p = trtb.make_profiles(two, [{"a": [(1, 3), (2, 3), (4, 3)]}], "sg")
+    p = make_profiles(two, [{"a": [(1, 3), (2, 3), (4, 3)]}], "sg")
     assert p[0]["b"] == ((1, 5), (2, 5), (4, 5))
     cases = [
         ({"data": [(1, 3, 8, 8), (9, 3, 8, 8), (8, 3, 8, 8)]}, "min <= opt <= max"),
@@ -239,26 +244,26 @@ def test_profiles_are_completed_and_checked():
     ]
     for prof, msg in cases:
         with pytest.raises(EngineBuildError, match=msg):
-            trtb.make_profiles(DIMS, [prof], "sg")
+            make_profiles(DIMS, [prof], "sg")
 
 
 def test_batch_ranges_become_profiles():
-    p = trtb.profiles_from_batch_ranges(DIMS, [(1, 2, 4), (5, 8, 16)], "sg")
+    p = profiles_from_batch_ranges(DIMS, [(1, 2, 4), (5, 8, 16)], "sg")
     assert p == [{"data": ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))}, {"data": ((5, 3, 8, 8), (8, 3, 8, 8), (16, 3, 8, 8))}]
     with pytest.raises(EngineBuildError, match="besides the batch"):
-        trtb.profiles_from_batch_ranges({"x": (-1, -1)}, [(1, 2, 3)], "sg")
+        profiles_from_batch_ranges({"x": (-1, -1)}, [(1, 2, 3)], "sg")
 
 
 def test_profile_selection():
-    profiles = trtb.make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8)]},
+    profiles = make_profiles(DIMS, [{"data": [(1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8)]},
                                          {"data": [(3, 3, 8, 8), (8, 3, 8, 8), (16, 3, 8, 8)]}], "sg")
     names = ["data", "mask"]
-    assert trtb.select_profile(profiles, names, [(1, 3, 8, 8), (4,)], "sg") == 0
-    assert trtb.select_profile(profiles, names, [(4, 3, 8, 8), (4,)], "sg") == 0  # the first that fits
-    assert trtb.select_profile(profiles, names, [(5, 3, 8, 8), (4,)], "sg") == 1
+    assert select_profile(profiles, names, [(1, 3, 8, 8), (4,)], "sg") == 0
+    assert select_profile(profiles, names, [(4, 3, 8, 8), (4,)], "sg") == 0  # the first that fits
+    assert select_profile(profiles, names, [(5, 3, 8, 8), (4,)], "sg") == 1
     for bad in ([(17, 3, 8, 8), (4,)], [(2, 3, 8, 9), (4,)], [(2, 3, 8), (4,)], [(2, 3, 8, 8), (5,)]):
         with pytest.raises(ShapeError, match="outside every optimization profile"):
-            trtb.select_profile(profiles, names, bad, "sg")
+            select_profile(profiles, names, bad, "sg")
 
 
 # --------------------------------------------------------------------------- output shapes
@@ -287,32 +292,32 @@ class ShapeContext:
 
 
 def test_dims_tuple(rtx):
-    assert trtb.dims_tuple(rtx.Dims([2, 3])) == (2, 3)
-    assert trtb.dims_tuple(rtx.Dims()) == ()
-    assert trtb.dims_tuple((-1, 4)) == (-1, 4)
-    assert trtb.dims_tuple(FakeDims()) is None
+    assert dims_tuple(rtx.Dims([2, 3])) == (2, 3)
+    assert dims_tuple(rtx.Dims()) == ()
+    assert dims_tuple((-1, 4)) == (-1, 4)
+    assert dims_tuple(FakeDims()) is None
 
 
 def test_context_output_shapes():
     ok = ShapeContext({"y": (5, 10)})
-    assert trtb.context_output_shapes(ok, ["x"], [(5, 3)], ["y"], "sg") == [(5, 10)]
+    assert context_output_shapes(ok, ["x"], [(5, 3)], ["y"], "sg") == [(5, 10)]
     assert ok.set == {"x": (5, 3)}
     with pytest.raises(ShapeError, match="nbDims == -1"):
-        trtb.context_output_shapes(ShapeContext({"y": FakeDims()}), ["x"], [(5, 3)], ["y"], "sg")
+        context_output_shapes(ShapeContext({"y": FakeDims()}), ["x"], [(5, 3)], ["y"], "sg")
     with pytest.raises(ShapeError, match="depends on the data"):
-        trtb.context_output_shapes(ShapeContext({"y": (-1, 10)}), ["x"], [(5, 3)], ["y"], "sg")
+        context_output_shapes(ShapeContext({"y": (-1, 10)}), ["x"], [(5, 3)], ["y"], "sg")
     with pytest.raises(ShapeError, match="rejected shape"):
-        trtb.context_output_shapes(ShapeContext({"y": (5, 10)}, accept=False), ["x"], [(5, 3)], ["y"], "sg")
+        context_output_shapes(ShapeContext({"y": (5, 10)}, accept=False), ["x"], [(5, 3)], ["y"], "sg")
 
 
 def test_batch_rule():
     ins = [TensorSpec("a", (2, 3), "float32"), TensorSpec("b", (2, 4, 4), "float32")]
     outs = [TensorSpec("y", (2, 7), "float32")]
-    assert trtb.batch_rule_output_shapes(ins, outs, [(6, 3), (6, 4, 4)], "sg") == [(6, 7)]
+    assert batch_rule_output_shapes(ins, outs, [(6, 3), (6, 4, 4)], "sg") == [(6, 7)]
     with pytest.raises(ShapeError, match="disagree on the batch"):
-        trtb.batch_rule_output_shapes(ins, outs, [(6, 3), (5, 4, 4)], "sg")
+        batch_rule_output_shapes(ins, outs, [(6, 3), (5, 4, 4)], "sg")
     with pytest.raises(ShapeError, match="must keep dimensions"):
-        trtb.batch_rule_output_shapes(ins, outs, [(6, 4), (6, 4, 4)], "sg")
+        batch_rule_output_shapes(ins, outs, [(6, 4), (6, 4, 4)], "sg")
 
 
 # --------------------------------------------------------------------------- parser errors
@@ -358,7 +363,7 @@ def test_parser_error_mapping_uses_node_index_and_doc_string():
     errors = [Err(1, "", "", "bad attribute"), Err(-1, "", "", "bad model")]
     parser = types.SimpleNamespace(num_errors=2, get_error=lambda i: errors[i])
     ex.origin.pop(node.name)  # falls back to the node's doc_string, which the exporter sets to the MXNet name
-    msgs = trtb.parser_error_messages(parser, ex)
+    msgs = parser_error_messages(parser, ex)
     assert msgs[0] == f"ONNX node {node.name!r} ({node.op_type}) from MXNet node {node.doc_string!r}: UNSUPPORTED_NODE: bad attribute"
     assert msgs[1] == "model: UNSUPPORTED_NODE: bad model"
 
@@ -387,7 +392,7 @@ NEEDS_2D_VIEW = [
 def test_rank_one_softmax_and_global_argmax_build(rtx, make, shape):
     """The shapes TensorRT's parser rejected as 1-D ops now convert to a form it builds, and stay in the engine."""
     sym = make(mx.sym.var("x"))
-    plan = analyze(sym, {"x": shape}, {}, Settings(), TensorRTRTXBackend())
+    plan = analyze(sym, {"x": shape}, {}, Settings.from_env(), TensorRTRTXBackend())
     assert plan.partition.native == {}
     (ex,) = export_all(sym, {"x": shape})
     assert build(ex).plan
@@ -398,7 +403,7 @@ def test_rank_one_softmax_and_global_argmax_build(rtx, make, shape):
 
 def plan_is_wellformed(rtx, plan: bytes) -> bool:
     """The runtime's own header check: no MALFORMED_ENGINE flag (other flags: no usable GPU here)."""
-    _, diagnostics = rtx.Runtime(trtb._logger_for(rtx)).get_engine_validity(plan)
+    _, diagnostics = rtx.Runtime(logger_for(rtx)).get_engine_validity(plan)
     return not int(diagnostics) & int(rtx.EngineInvalidityDiagnostics.MALFORMED_ENGINE)
 
 
@@ -510,18 +515,18 @@ def test_timing_cache_file_contents_reach_the_config(tmp_path):
         def capture(self, quiet=False):
             import contextlib
 
-            return contextlib.nullcontext(trtb._LogCapture(quiet))
+            return contextlib.nullcontext(LogCapture(quiet))
 
     path = tmp_path / "t.cache"
     path.write_bytes(b"valid-bytes")
     cfg = Config()
-    trtb._load_timing_cache(cfg, Log(), str(path), "sg")
+    load_timing_cache(cfg, Log(), str(path), "sg")
     assert cfg.created == [b"valid-bytes"] and cfg.set == ("cache", False)
     cfg = Config()
-    trtb._load_timing_cache(cfg, Log(), str(tmp_path / "absent.cache"), "sg")
+    load_timing_cache(cfg, Log(), str(tmp_path / "absent.cache"), "sg")
     assert cfg.created == [b""]
     cfg.create_timing_cache = lambda data: None if data else "empty"  # TensorRT refuses the file's contents
-    trtb._load_timing_cache(cfg, Log(), str(path), "sg")
+    load_timing_cache(cfg, Log(), str(path), "sg")
     assert cfg.set == ("empty", False)
 
 
@@ -529,7 +534,7 @@ def test_meta_and_load_engine_round_trip(rtx, tmp_path):
     (ex,) = export_all(mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc"), SHAPES, "batch")
     eng = build(ex, batch_ranges=[(1, 2, 8)], rtx_specialization="eager")
     meta = json.loads(json.dumps(eng.meta()))
-    again = trtb.load_engine(eng.plan, meta, BuildOptions(name="x"))
+    again = load_engine(eng.plan, meta, BuildOptions(name="x"))
     assert isinstance(again, TrtEngine) and again.backend is TensorRTRTXBackend
     for attr in ("inputs", "outputs", "profiles", "batch_ranges", "output_shape_rule", "plan", "specialization"):
         assert getattr(again, attr) == getattr(eng, attr), attr
@@ -539,11 +544,11 @@ def test_meta_and_load_engine_round_trip(rtx, tmp_path):
     loaded = TensorRTRTXBackend().load(stored, str(tmp_path), BuildOptions(extra={"rtx_specialization": "none"}))
     assert loaded.plan == eng.plan and loaded.specialization == "none"
     with pytest.raises(EngineBuildError, match="sha256"):
-        trtb.load_engine(eng.plan[:-1] + b"x", meta, BuildOptions())
+        load_engine(eng.plan[:-1] + b"x", meta, BuildOptions())
     with pytest.raises(EngineBuildError, match="1.0.0"):
-        trtb.load_engine(eng.plan, {**meta, "version": "1.0.0"}, BuildOptions())
+        load_engine(eng.plan, {**meta, "version": "1.0.0"}, BuildOptions())
     with pytest.raises(EngineBuildError, match="not a TensorRT one"):
-        trtb.load_engine(eng.plan, {**meta, "backend": "onnxruntime"}, BuildOptions())
+        load_engine(eng.plan, {**meta, "backend": "onnxruntime"}, BuildOptions())
 
 
 @pytest.mark.skipif(not no_gpu_here(), reason="this machine has a usable GPU")

@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import List, Optional, Tuple
 
-from ..errors import BackendUnavailableError, EngineRunError
+from ...errors import BackendUnavailableError, EngineRunError
 
 logger = logging.getLogger(__name__)
 

@@ -33,10 +33,11 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt import cli, engines
+from mx_trt import engines
 from mx_trt.backends import onnxruntime as ort_backend
 from mx_trt.cache import EngineCache, make_key
 from mx_trt.errors import CacheError, ExportError
+from mx_trt.tools.cli.main import main as cli_main
 from tests.mxcheck import random_params
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,7 +217,7 @@ def checkpoint(tmp_path):
 
 
 def _cli(capsys, *argv) -> Tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
+    code = cli_main([str(a) for a in argv])
     got = capsys.readouterr()
     return code, got.out, got.err
 

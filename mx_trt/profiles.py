@@ -23,7 +23,9 @@ from passes.ir import Entry, Graph
 
 from .backends.base import BatchRange
 from .errors import ShapeError
+from .graph_import import infer_shapes
 from .onnx_export import ExportedSubgraph, export_subgraph
+from .precision import to_fp16
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -141,8 +143,6 @@ class SubgraphExporter:
         Only MXNet's shape inference runs again; its result goes into a copy of
         the same IR (same nodes, ids and dtypes), so every later step reads it.
         """
-        from .graph_import import infer_shapes
-
         if batch in self._graphs:
             return self._graphs[batch]
         all_shapes = {k: tuple(v.shape) for k, v in self.params.items() if k not in self.shapes}
@@ -156,8 +156,6 @@ class SubgraphExporter:
     def export(self, name: str, nodes: Sequence[int], inputs: Sequence[Entry], outputs: Sequence[Entry],
                graph: Optional[Graph] = None, ranges: Optional[Sequence[BatchRange]] = None) -> ExportedSubgraph:
         """Export one subgraph; batch-dynamic when ranges are asked for and the export allows it."""
-        from .precision import to_fp16
-
         graph = graph or self.graph
         ranges = self.ranges if ranges is None else ranges
         ex = export_subgraph(graph, nodes, inputs, outputs, self.weights, name=name)

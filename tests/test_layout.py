@@ -208,6 +208,22 @@ def test_passes_import_neither_the_plugin_nor_mxnet_onnx_or_tensorrt() -> None:
         + "\n".join(problems))
 
 
+def test_the_projects_own_modules_are_imported_at_the_top() -> None:
+    """Imports inside functions are for third-party packages loaded lazily, never a way around a cycle."""
+    bad = []
+    for mod in sorted(MODULES):
+        for fn in ast.walk(_tree(mod)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
+                    bad.append(f"{_rel(mod)}:{node.lineno} imports {'.' * node.level}{node.module or ''} "
+                               f"inside {fn.name}()")
+                elif isinstance(node, ast.Import) and any(a.name.split(".")[0] in PACKAGES for a in node.names):
+                    bad.append(f"{_rel(mod)}:{node.lineno} imports {node.names[0].name} inside {fn.name}()")
+    assert not bad, "the project's own modules imported inside functions:\n" + "\n".join(bad)
+
+
 def _line_count(path: str) -> int:
     with open(path, encoding="utf-8") as f:
         return sum(1 for _ in f)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..converters.spec import OpSpec
+from ..errors import EngineBuildError, ShapeError
 
 Shape = Tuple[int, ...]
 
@@ -101,8 +102,6 @@ class Engine(abc.ABC):
         Raises:
             ShapeError: the engine cannot run these shapes.
         """
-        from ..errors import ShapeError
-
         want = [t.shape for t in self.inputs]
         got = [tuple(int(d) for d in s) for s in input_shapes]
         if not self.batch_ranges:
@@ -121,8 +120,6 @@ class Engine(abc.ABC):
 
     def check_buffers(self, name: str, inputs: Sequence["Buffer"], outputs: Sequence["Buffer"]) -> None:
         """Raise :class:`ShapeError` unless the buffers fit the engine (see :meth:`output_shapes`)."""
-        from ..errors import ShapeError
-
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise ShapeError(f"{name}: engine takes {len(self.inputs)} inputs / {len(self.outputs)} outputs, "
                              f"got {len(inputs)} / {len(outputs)}")
@@ -197,8 +194,6 @@ class Backend(abc.ABC):
         Raises:
             EngineBuildError: the stored engine cannot be loaded.
         """
-        from ..errors import EngineBuildError
-
         raise EngineBuildError(f"the {self.name} backend cannot load stored engines")
 
 

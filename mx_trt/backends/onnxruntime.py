@@ -21,6 +21,7 @@ import numpy as np
 
 from ..cache.locking import make_work_dir
 from ..errors import EngineBuildError, EngineRunError
+from ..onnx_export import save_model
 from .base import Backend, BatchRange, Buffer, BuildOptions, Engine, TensorSpec, specs_json, tensor_specs
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,6 @@ class OnnxRuntimeBackend(Backend):
 
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         import onnxruntime as ort
-
-        from ..onnx_export import save_model
 
         so = _session_options()
         keep = bool(options.extra.get("keep_artifacts"))

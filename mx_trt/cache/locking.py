@@ -24,6 +24,7 @@ import time
 from typing import Dict, Iterator, Optional, Tuple
 
 from .fs import ensure_dir, lstat_or_none, remove_tree, unlink_quiet
+from .key import check_key
 
 logger = logging.getLogger(__package__)
 
@@ -260,8 +261,6 @@ class LockingMixin:
         Raises:
             CacheError: invalid key (raised by this call, before any waiting).
         """
-        from .key import check_key
-
         check_key(key)
         return self._hold(key)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from ...cache.locking import make_work_dir
 from ...errors import EngineBuildError, MxTrtError
+from ...onnx_export import save_model
 from ..base import BuildOptions, Shape
 from . import cuda
 from .caches import load_timing_cache, save_timing_cache
@@ -172,8 +173,6 @@ def _parse(mod: Any, network: "trt.INetworkDefinition", log: Any, exported: Any,
     parser: trt.OnnxParser = mod.OnnxParser(network, log)
     with log.capture() as cap:
         if exported.external:
-            from ...onnx_export import save_model
-
             work = make_work_dir("mx_trt_trt_", options.extra.get("work_dir"))
             try:
                 ok = bool(parser.parse_from_file(save_model(exported, os.path.join(work, f"{name}.onnx"))))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -321,7 +322,13 @@ def accelerated_simple_bind(
     if why:
         logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", why)
         return native()
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except MxTrtError as exc:  # a bad environment value: one line naming it
+        if os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
+        return native()
     try:
         backend = select_backend(ctx.device_type, settings.backend)
     except BackendUnavailableError as exc:

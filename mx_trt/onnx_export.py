@@ -16,6 +16,7 @@ from passes.ir import Entry, Graph
 
 from .converters import ConvContext, OpSpec, lookup
 from .errors import ConversionError, MissingWeightError, UnsupportedOpError
+from .settings import env_int
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def external_data_threshold() -> int:
 
     ``MXNET_TENSORRT_EXTERNAL_DATA_BYTES``, default 1 GiB: well under protobuf's 2 GB.
     """
-    return int(os.environ.get("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", str(1 << 30)))
+    return env_int("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", 1 << 30, 1)
 
 
 def entry_name(graph: Graph, e: Entry) -> str:

@@ -120,16 +120,23 @@ def _env_bool(name: str, default: bool) -> bool:
     raise MxTrtError(f"{name}={raw!r}: expected 1 or 0")
 
 
-def _env_int(name: str, default: int, minimum: int = 0) -> int:
+def env_int(name: str, default: int, minimum: int = 0, maximum: Optional[int] = None) -> int:
+    """An integer environment variable; unset or empty gives ``default``.
+
+    Raises:
+        MxTrtError: not an integer, or outside ``[minimum, maximum]``; the message
+            names the variable, the value and what is allowed.
+    """
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        v = int(raw)
+        v = int(raw.strip())
     except ValueError:
         raise MxTrtError(f"{name}={raw!r}: expected an integer") from None
-    if v < minimum:
-        raise MxTrtError(f"{name}={raw!r}: must be >= {minimum}")
+    if v < minimum or (maximum is not None and v > maximum):
+        allowed = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise MxTrtError(f"{name}={raw!r}: must be {allowed}")
     return v
 
 
@@ -175,14 +182,24 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> "Settings":
+        """The settings of one bind, from the environment.
+
+        Every variable is checked here, including those a backend or the exporter
+        reads later, so that a bad value stops the bind before any work.
+
+        Raises:
+            MxTrtError: a variable has a bad value (the message names it and what is allowed).
+        """
+        env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
+        env_int("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", 1 << 30, 1)
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip() or None
         return cls(
             exclude_ops=frozenset(x.strip() for x in excl.split(",") if x.strip()),
-            min_subgraph_size=_env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1),
+            min_subgraph_size=env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1),
             backend=backend,
             fp16=get_use_fp16(),
-            max_batch_size=_env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
+            max_batch_size=env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
             profiles=get_optimization_profiles(),
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
             engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),

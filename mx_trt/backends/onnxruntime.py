@@ -22,14 +22,15 @@ import numpy as np
 from ..cache.locking import make_work_dir
 from ..errors import EngineBuildError, EngineRunError
 from ..onnx_export import save_model
+from ..settings import env_int
 from .base import Backend, BatchRange, Buffer, BuildOptions, Engine, TensorSpec, specs_json, tensor_specs
 
 logger = logging.getLogger(__name__)
 
 
 def _threads() -> int:
-    raw = os.environ.get("MXNET_TENSORRT_ORT_THREADS", "").strip()
-    return int(raw) if raw else 0
+    """``MXNET_TENSORRT_ORT_THREADS``: threads per engine, 0 (default) for ONNX Runtime's own choice."""
+    return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
 
 
 def _session_options() -> Any:

@@ -100,7 +100,7 @@ def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backen
 
 
 def _default_dtype_reason(spec: Any) -> Optional[str]:
-    """Without a backend (analysis only), float64 is the one type no TensorRT engine holds."""
+    """Without a backend (analysis only): the types that TensorRT engines hold (float64, int8, uint8 do not)."""
     for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes)):
         for i, dt in enumerate(dts):
             if dt not in ENGINE_DTYPES:

@@ -6,8 +6,8 @@ shapes and dtypes, and seeded inputs. Nothing is downloaded: GluonCV models are
 built with ``pretrained=False, pretrained_base=False`` and GluonNLP's BERT with
 its own small vocabulary.
 
-Random weights make deep networks overflow; as ``../shared`` measurements
-showed, BatchNorm's ``running_var`` is set to 1 and its ``gamma`` to small
+Random weights make deep networks overflow (NaN/Inf after about 50 layers), so
+BatchNorm's ``running_var`` is set to 1 and its ``gamma`` to small
 values so that outputs stay finite.
 """
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_subgraph_output_that_is_also_a_graph_output():
 
 
 # The design's method taken literally leaves a cycle between subgraphs here
-# (FACTS.md: subgraph S holds u and v, subgraph T holds w, u -> w -> v).
+# (subgraph S holds u and v, subgraph T holds w, u -> w -> v).
 #
 #   a ------------> Y ---+
 #   a ---+               |

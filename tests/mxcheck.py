@@ -130,3 +130,15 @@ def check_symbol(
         assert r.dtype == g.dtype, f"dtype {g.dtype} != MXNet's {r.dtype}"
         np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
     return ref, got
+
+
+def reason_of(sym, shapes: Mapping[str, Tuple[int, ...]], dtypes: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The registry's verdict on the last operator of ``sym`` (weights are constants)."""
+    from mx_trt.converters import check
+    from mx_trt.graph_import import symbol_to_graph
+    from mx_trt.onnx_export import op_spec
+
+    g = symbol_to_graph(sym, shapes, dtypes)
+    nid = g.op_nodes()[-1]
+    consts = {n.name: None for n in g.nodes if n.is_variable and n.name not in shapes}
+    return check(op_spec(g, nid, consts))

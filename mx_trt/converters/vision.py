@@ -15,7 +15,6 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from . import pooling  # noqa: F401  (registers Pooling, adaptive pooling and the resizes)
 from .common import attr_float, attr_int, attr_str, check_float, check_outputs, dtype_of, int64s, scalar
 from .registry import ConvContext, register
 from .spec import OpSpec
@@ -270,6 +269,16 @@ def _pooled(spec: OpSpec) -> Tuple[int, int]:
     return p[0], p[1]
 
 
+def _check_roi_inputs(spec: OpSpec) -> Optional[str]:
+    """4-D data and (n, 5) ROIs ``[batch index, x1, y1, x2, y2]``, shared by ROIAlign and ROIPooling."""
+    d, b = spec.in_shapes
+    if len(d) != 4:
+        return f"data must be 4-D, got {d}"
+    if len(b) != 2 or b[1] != 5:
+        return f"rois must have shape (n, 5), got {b}"
+    return None
+
+
 def _check_roi_align(spec: OpSpec) -> Optional[str]:
     r = _check_all_float(spec) or check_outputs(spec, 1)
     if r:
@@ -279,11 +288,9 @@ def _check_roi_align(spec: OpSpec) -> Optional[str]:
     if attr_int(spec, "sample_ratio", -1) <= 0:
         return ("sample_ratio <= 0 (the adaptive sampling grid) depends on each ROI's size at run time; "
                 "only a fixed sample_ratio > 0 converts")
-    d, b = spec.in_shapes
-    if len(d) != 4:
-        return f"data must be 4-D, got {d}"
-    if len(b) != 2 or b[1] != 5:
-        return f"rois must have shape (n, 5), got {b}"
+    r = _check_roi_inputs(spec)
+    if r:
+        return r
     ph, pw = _pooled(spec)
     if ph < 1 or pw < 1:
         return f"pooled_size ({ph}, {pw}) must be positive"
@@ -361,14 +368,10 @@ def _roi_align(ctx: ConvContext) -> None:
 
 
 def _check_roi_pooling(spec: OpSpec) -> Optional[str]:
-    r = _check_all_float(spec) or check_outputs(spec, 1)
+    r = _check_all_float(spec) or check_outputs(spec, 1) or _check_roi_inputs(spec)
     if r:
         return r
     d, b = spec.in_shapes
-    if len(d) != 4:
-        return f"data must be 4-D, got {d}"
-    if len(b) != 2 or b[1] != 5:
-        return f"rois must have shape (n, 5), got {b}"
     ph, pw = _pooled(spec)
     nr, (_, c, h, w) = b[0], d
     biggest = nr * c * max(h * pw * w, ph * h * pw)

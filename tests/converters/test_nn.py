@@ -7,7 +7,7 @@ are initializers; naming one in ``shapes`` makes it a runtime input instead.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict
 
 import mxnet as mx
 import numpy as np
@@ -16,21 +16,13 @@ import pytest
 from mx_trt.converters.registry import OpSpec, check
 from mx_trt.graph_import import symbol_to_graph
 from mx_trt.onnx_export import op_spec
-from tests.mxcheck import MODEL_TOL, OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole
+from tests.mxcheck import MODEL_TOL, OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
 
 D = mx.sym.Variable("data")
 
 
 def _ids(cases):
     return [c[0] for c in cases]
-
-
-def reason_of(sym, shapes: Mapping[str, Tuple[int, ...]], dtypes: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """The registry's verdict on the last operator of ``sym`` (weights are constants)."""
-    g = symbol_to_graph(sym, shapes, dtypes)
-    nid = g.op_nodes()[-1]
-    consts = {n.name: None for n in g.nodes if n.is_variable and n.name not in shapes}
-    return check(op_spec(g, nid, consts))
 
 
 def make_spec(op: str, attrs: Dict[str, Any], in_shapes, out_shapes, dtype: str = "float32") -> OpSpec:

@@ -3,7 +3,7 @@
 #
 #   make venv       .venv with the pinned stack and mx_trt installed (non-editable)
 #   make test       the test suite (PYTEST_ARGS="-m gpu" and the like are passed on)
-#   make typecheck  mypy on passes/ and mx_trt/
+#   make typecheck  mypy on mx_trt/ (passes/ included, as mx_trt.passes)
 #   make demo       python -m mx_trt.tools.demo
 #   make bench      benchmarks/run.py
 #   make clean      build outputs and caches; `make distclean` also removes .venv
@@ -149,7 +149,7 @@ test: venv
 	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
 
 typecheck: venv
-	$(VENV_PY) -m mypy passes mx_trt
+	$(VENV_PY) -m mypy mx_trt
 
 demo: venv
 	$(VENV_PY) -m mx_trt.tools.demo

@@ -115,16 +115,15 @@ class MxnetFinder:
 
 def _hook_mxnet() -> None:
     """Called right after ``mxnet/__init__.py`` ran: hook ``simple_bind``."""
-    if not enabled():
+    if not enabled() and "mx_trt" not in sys.modules:
         _debug("mx_trt_autoload: %s=%s, not hooking mxnet", ENV_SWITCH, os.environ.get(ENV_SWITCH))
         return
-    if "mx_trt" in sys.modules:
-        # mx_trt is being imported (it imports mxnet from hook.install(), which
-        # holds its lock) or already was: its own import installs the hook.
-        return
     try:
-        # Importing the package hands the hook the pass and installs it.
+        # Importing the package hands the hook the pass; then the hook goes in.
         import mx_trt  # noqa: F401
+        from mx_trt.frontends.hook import install as install_hook
+
+        install_hook()
     except Exception:
         _debug("mx_trt_autoload: could not hook mxnet; MXNet runs without mx_trt", exc_info=True)
 
@@ -143,6 +142,12 @@ def install() -> None:
         sys.meta_path.insert(0, MxnetFinder())
     except Exception:
         pass
+
+
+def arm() -> None:
+    """Arm the finder for a program that imported mx_trt before mxnet, even with the start-up hook opted out."""
+    if TARGET not in sys.modules and not any(_is_ours(f) for f in sys.meta_path):
+        sys.meta_path.insert(0, MxnetFinder())
 
 
 def uninstall() -> None:

@@ -1,7 +1,8 @@
 """Packaging for mx_trt.
 
 Install with ``make venv`` (or ``pip install .``): a normal, non-editable
-install. Besides the ``mx_trt`` and ``passes`` packages the wheel carries, at
+install. Besides the ``mx_trt`` package (with the top-level ``passes/`` as
+``mx_trt.passes``) the wheel carries, at
 the root of site-packages, ``mx_trt_autoload.py`` and ``mx_trt_autoload.pth``:
 the ``.pth`` file arms the start-up hook that patches MXNet's ``simple_bind``
 whenever a program imports ``mxnet``. An editable install (``pip install -e``)
@@ -123,7 +124,10 @@ setup(
     version=read_version(),
     description="MXNet simple_bind with a TensorRT graph pass, switched on by MXNET_USE_TENSORRT=1",
     python_requires=">=3.9,<3.12",
-    packages=find_packages(include=["mx_trt", "mx_trt.*", "passes", "passes.*"]),
+    # The pure passes live at the repository's top level (passes/) and install as
+    # mx_trt.passes; mx_trt/passes/ in the checkout only links to them.
+    packages=sorted(set(find_packages(include=["mx_trt", "mx_trt.*"])) | {"mx_trt.passes"}),
+    package_dir={"mx_trt.passes": "passes"},
     py_modules=["mx_trt_autoload"],
     install_requires=install_requires,
     extras_require=extras,

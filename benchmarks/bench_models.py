@@ -84,10 +84,11 @@ def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]]) -> Tuple[Any, 
     import mxnet as mx
 
     import mx_trt
+    from mx_trt.frontends.hook import disabled
     from mx_trt.settings import env_override
 
     if env is None:
-        with mx_trt.hook.disabled():
+        with disabled():
             exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes, **model.shapes)
         exe.copy_params_from(model.args, model.aux, allow_extra_params=True)
         info = None
@@ -130,7 +131,7 @@ def _native_reasons(info: Any, limit: int = 6) -> List[str]:
 
 def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[str, Any]]:
     """One row per model; see the module docstring."""
-    from mx_trt import engines
+    from mx_trt.build import engines
 
     builders = _builders()
     rows: List[Dict[str, Any]] = []

@@ -8,11 +8,11 @@ Usage::
 It builds a layered DAG shaped like a CNN (mostly chains, residual skips and
 short side branches, fan-in 1-3, weight variables on about half the
 operators), partitions it, and times graph building, partitioning,
-validation (:func:`passes.validate.check_acyclic`) and fusion separately.
+validation (:func:`mx_trt.passes.validate.check_acyclic`) and fusion separately.
 
 It then compares, on a graph of ``--ref-nodes`` operators, a straightforward
 implementation of the design's method (one BFS and one reverse BFS per
-incompatible node, Python sets; ``passes.partition._literal_partition_reference``)
+incompatible node, Python sets; ``mx_trt.passes.partition._literal_partition_reference``)
 with the bitset version of the same method and with the full exact
 partitioner, and checks that the two literal versions agree.
 """
@@ -29,10 +29,10 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from passes.fuse import fuse  # noqa: E402
-from passes.ir import Entry, Graph, Node  # noqa: E402
-from passes.partition import _literal_partition_reference, partition, partition_dag  # noqa: E402
-from passes.validate import check_acyclic, check_acyclic_dag  # noqa: E402
+from mx_trt.passes.fuse import fuse  # noqa: E402
+from mx_trt.passes.ir import Entry, Graph, Node  # noqa: E402
+from mx_trt.passes.partition import _literal_partition_reference, partition, partition_dag  # noqa: E402
+from mx_trt.passes.validate import check_acyclic, check_acyclic_dag  # noqa: E402
 
 _OPS = ["Convolution", "BatchNorm", "Activation", "Pooling", "elemwise_add", "FullyConnected", "Concat"]
 
@@ -141,7 +141,7 @@ def main(argv: List[str]) -> int:
             print("ERROR: the bitset version of the design's method disagrees with the reference")
             return 1
         check_acyclic_dag(preds, exact)
-        validate_log = logging.getLogger("passes.validate")
+        validate_log = logging.getLogger("mx_trt.passes.validate")
         validate_log.disabled = True  # a cycle here is expected; the summary line reports it
         try:
             check_acyclic_dag(preds, literal)

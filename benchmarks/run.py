@@ -9,7 +9,7 @@ Sections (see benchmarks/README.md for the latest numbers):
 1. ``partition``: the partition pass on synthetic CNN-like graphs of 1k, 10k
    and 100k operators with 5% unsupported, against the straightforward
    implementation of the design's method (one BFS and one reverse BFS per
-   incompatible node, ``passes.partition._literal_partition_reference``) on
+   incompatible node, ``mx_trt.passes.partition._literal_partition_reference``) on
    the same graph, in this process. That reference needs O(K * V) memory and
    time (K incompatible nodes): above ``--reference-max`` operators it is not
    run and its time is extrapolated from the two largest sizes measured,
@@ -88,7 +88,7 @@ def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List
     """The partition pass vs the straightforward BFS-per-node reference on the same graphs."""
     from bench_partition import _plain, synthetic_graph
 
-    from passes.partition import _literal_partition_reference, partition
+    from mx_trt.passes.partition import _literal_partition_reference, partition
 
     rows: List[Dict[str, Any]] = []
     for n in sizes:
@@ -125,7 +125,7 @@ def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List
 
 def _forget_engines() -> None:
     """Drop engines kept for reuse in this process, so the next bind gets them from disk or builds them."""
-    from mx_trt import engines
+    from mx_trt.build import engines
 
     engines.clear_pool()
     gc.collect()
@@ -136,7 +136,7 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
     import mxnet as mx
 
     import mx_trt
-    from mx_trt import hook
+    from mx_trt.frontends import hook
     from tests.test_model_zoo import zoo_model
 
     sym, args, aux, size = zoo_model(model)
@@ -258,7 +258,7 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
         assert engine is not None, "every op of the case converts"
         engine.set_inputs({"data": data})
         noop = mx.sym.Custom(x, op_type=_NOOP, name="noop")
-        from mx_trt.hook import disabled
+        from mx_trt.frontends.hook import disabled
 
         with disabled():
             nexe = noop.simple_bind(ctx, grad_req="null", data=shape)

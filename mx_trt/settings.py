@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import MxTrtError
+from mx_trt.errors import MxTrtError
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Settings:
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
         engine_rule: Which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``):
             ``cost`` (default) those whose estimated saving beats an engine's
-            run cost (:mod:`passes.cost`), ``always`` every one of at least
+            run cost (:mod:`mx_trt.passes.cost`), ``always`` every one of at least
             ``min_subgraph_size`` operators.
         strict: Raise when the pass fails on a graph instead of binding natively
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).

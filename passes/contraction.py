@@ -1,10 +1,10 @@
 """The exact check and the maximality sweep: groups contracted into one DAG.
 
-The design's bitset test (see :mod:`passes.groups`) can leave a cycle *between*
+The design's bitset test (see :mod:`mx_trt.passes.groups`) can leave a cycle *between*
 subgraphs, because a path may enter a formed subgraph at one node and leave
 it at another. :class:`ContractedDag` keeps the graph where every group is
 contracted to one node, with union-find, adjacency sets and a topological
-order held by an :class:`~passes.order_list.OrderList`; contracting the edge
+order held by an :class:`~mx_trt.passes.order_list.OrderList`; contracting the edge
 ``a -> b`` is legal iff ``b`` is not reachable from ``a`` by another path, a
 bidirectional search pruned by the order (Pearce-Kelly style).
 :func:`merge_adjacent` contracts every legal edge between groups until none
@@ -15,8 +15,8 @@ from __future__ import annotations
 import heapq
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from passes.order_list import OrderList
-from passes.validate import PartitionError
+from .order_list import OrderList
+from .validate import PartitionError
 
 __all__ = ["ContractedDag", "groups_of", "merge_adjacent"]
 

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from passes.ir import Entry, Graph
-from passes.partition import PartitionResult, Subgraph
+from .ir import Entry, Graph
+from .partition import PartitionResult, Subgraph
 
 __all__ = ["CostModel", "estimate_macs", "graph_macs", "keep_worthwhile", "subgraph_saving_us", "worth_an_engine"]
 

@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import AbstractSet, Dict, List, Sequence, Set, Tuple
 
-from passes.ir import Entry, Graph, Node
-from passes.partition import Subgraph
-from passes.validate import PartitionError, check_acyclic, gc_paused
+from .ir import Entry, Graph, Node
+from .partition import Subgraph
+from .validate import PartitionError, check_acyclic, gc_paused
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ forward sweep (:func:`reach_bitsets`). :func:`grow` then grows subgraphs one at
 a time from the smallest unused compatible node, in DFS order over inputs then
 outputs; a candidate ``w`` passes the design's test iff
 ``A[w] & OR(D over the subgraph) == 0`` and ``D[w] & OR(A over the subgraph) == 0``,
-and, given a :class:`~passes.contraction.ContractedDag`, the exact check too.
+and, given a :class:`~mx_trt.passes.contraction.ContractedDag`, the exact check too.
 
 Graphs here are plain DAGs: ``preds[i]`` lists the predecessors of node ``i``,
 all smaller than ``i``.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from passes.contraction import ContractedDag
-from passes.validate import PartitionError
+from .contraction import ContractedDag
+from .validate import PartitionError
 
 __all__ = ["grow", "normalise", "push_neighbours", "reach_bitsets", "successors"]
 

@@ -1,7 +1,7 @@
 """Order maintenance: a linked list of node ids whose integer labels increase along it.
 
 The partitioner keeps the contracted DAG's topological order in an
-:class:`OrderList` (see :mod:`passes.contraction`): comparing two nodes is
+:class:`OrderList` (see :mod:`mx_trt.passes.contraction`): comparing two nodes is
 comparing two labels, and moving a node is an unlink plus an insertion.
 Pure Python, no imports from the rest of the project.
 """

@@ -3,28 +3,28 @@
 The method is the one of the integration's design ("Subgraph partitioning"),
 made exact and efficient:
 
-1. **Incompatibility groups with bitsets** (:mod:`passes.groups`). The design runs one BFS and one
+1. **Incompatibility groups with bitsets** (:mod:`mx_trt.passes.groups`). The design runs one BFS and one
    reverse BFS per incompatible node ``x``: a subgraph holding an ancestor of
    ``x`` must not hold a descendant of ``x``. Here the K incompatible nodes are
    numbered and each node ``v`` gets two Python integers used as bitsets:
    ``A[v]`` (incompatible nodes ``v`` reaches) and ``D[v]`` (incompatible nodes
    reaching ``v``), filled by one backward and one forward sweep in
    O((V + E) * K / w) instead of K graph traversals.
-2. **Growth** (:func:`passes.groups.grow`). Subgraphs are grown one at a time from the smallest unused
+2. **Growth** (:func:`mx_trt.passes.groups.grow`). Subgraphs are grown one at a time from the smallest unused
    compatible node, in DFS order over inputs then outputs. A candidate ``w``
    passes the design's test iff ``A[w] & OR(D over the subgraph) == 0`` and
    ``D[w] & OR(A over the subgraph) == 0``.
-3. **Exact check** (:mod:`passes.contraction`). Taken literally, that test can leave a cycle *between*
+3. **Exact check** (:mod:`mx_trt.passes.contraction`). Taken literally, that test can leave a cycle *between*
    subgraphs (subgraph S holds ``u`` and ``v``, subgraph T holds ``w``, and
    ``u -> w -> v``), because a path may enter a formed subgraph at one node and
    leave it at another. So every join must also pass an exact test in the
    graph where every formed subgraph is contracted to one node:
    contracting the edge ``a -> b`` is legal iff ``b`` is not reachable from
-   ``a`` by another path. :class:`~passes.contraction.ContractedDag` maintains
+   ``a`` by another path. :class:`~mx_trt.passes.contraction.ContractedDag` maintains
    that contracted DAG with union-find, adjacency sets and a topological order
-   kept by an order-maintenance list (:mod:`passes.order_list`), so the test is a bidirectional search pruned by the
+   kept by an order-maintenance list (:mod:`mx_trt.passes.order_list`), so the test is a bidirectional search pruned by the
    order (Pearce-Kelly style), stopped as soon as either side is exhausted.
-4. **Maximality** (:func:`passes.contraction.merge_adjacent`, driven here). Adjacent groups are merged while legal, groups below the
+4. **Maximality** (:func:`mx_trt.passes.contraction.merge_adjacent`, driven here). Adjacent groups are merged while legal, groups below the
    minimum size are dropped, and their nodes may then join adjacent surviving
    subgraphs (to a fixpoint). The result satisfies: no compatible node outside
    all subgraphs can join a subgraph it shares an edge with, and no two
@@ -47,10 +47,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from passes.contraction import ContractedDag, groups_of, merge_adjacent
-from passes.groups import grow, normalise, push_neighbours, reach_bitsets, successors
-from passes.ir import Graph
-from passes.validate import PartitionError, gc_paused
+from .contraction import ContractedDag, groups_of, merge_adjacent
+from .groups import grow, normalise, push_neighbours, reach_bitsets, successors
+from .ir import Graph
+from .validate import PartitionError, gc_paused
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
-from passes.ir import Entry, Graph, Node
+from .ir import Entry, Graph, Node
 
 __all__ = ["SimplifyResult", "remove_identities"]
 

@@ -1,14 +1,14 @@
 """Independent checks of a partition: acyclicity after contraction, and maximality.
 
 This module deliberately shares no code or data structure with
-:mod:`passes.partition`: it recomputes everything from the plain graph with
+:mod:`mx_trt.passes.partition`: it recomputes everything from the plain graph with
 textbook algorithms (Kahn's topological sort, transitive closure), so a bug in
 the partitioner's incremental machinery cannot hide itself here.
 
 Two input forms are accepted:
 
-* a :class:`passes.ir.Graph` with subgraphs given as operator node ids;
-* the plain form used by :func:`passes.partition.partition_dag`: ``preds[i]``
+* a :class:`mx_trt.passes.ir.Graph` with subgraphs given as operator node ids;
+* the plain form used by :func:`mx_trt.passes.partition.partition_dag`: ``preds[i]``
   lists the predecessors of node ``i`` (all smaller than ``i``) and groups are
   lists of node indices.
 """
@@ -19,7 +19,7 @@ import gc
 import logging
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple, Union
 
-from passes.ir import Graph
+from .ir import Graph
 
 logger = logging.getLogger(__name__)
 

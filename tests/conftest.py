@@ -13,13 +13,13 @@ def _isolated_engines(monkeypatch, tmp_path):
                 "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE", "MXNET_TENSORRT_STRICT"):
         monkeypatch.delenv(var, raising=False)
     # The tests of the pass's mechanics bind graphs of a few tiny operators, which the
-    # default cost rule (passes.cost) rightly leaves native: they run with every
+    # default cost rule (mx_trt.passes.cost) rightly leaves native: they run with every
     # subgraph of two or more operators made an engine. Tests of the rule itself and
     # of real models use the defaults (the `default_engine_rule` fixture).
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
     try:
-        from mx_trt import engines
+        from mx_trt.build import engines
     except ImportError:  # tests of passes/ alone do not need mx_trt
         yield
         return

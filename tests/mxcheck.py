@@ -51,7 +51,7 @@ def run_native(sym, shapes, args, aux, inputs, ctx=None, type_dict=None) -> Sequ
     """
     import mxnet as mx
 
-    from mx_trt import hook
+    from mx_trt.frontends import hook
 
     ctx = ctx or mx.cpu()
     if type_dict is None:
@@ -74,12 +74,12 @@ def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str,
     import onnx
     import onnxruntime as ort
 
-    from mx_trt.graph_import import symbol_to_graph
-    from mx_trt.onnx_export import export_subgraph
-    from passes.ir import Entry
+    from mx_trt.graph.importer import symbol_to_graph
+    from mx_trt.export.subgraph import export_subgraph
+    from mx_trt.passes.ir import Entry
 
-    from mx_trt.converters.registry import check
-    from mx_trt.onnx_export import op_spec
+    from mx_trt.export.converters.registry import check
+    from mx_trt.export.subgraph import op_spec
 
     g = symbol_to_graph(sym, shapes, dtypes)
     weights = {k: v.asnumpy() for k, v in {**args, **aux}.items()}
@@ -134,9 +134,9 @@ def check_symbol(
 
 def reason_of(sym, shapes: Mapping[str, Tuple[int, ...]], dtypes: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The registry's verdict on the last operator of ``sym`` (weights are constants)."""
-    from mx_trt.converters import check
-    from mx_trt.graph_import import symbol_to_graph
-    from mx_trt.onnx_export import op_spec
+    from mx_trt.export.converters import check
+    from mx_trt.graph.importer import symbol_to_graph
+    from mx_trt.export.subgraph import op_spec
 
     g = symbol_to_graph(sym, shapes, dtypes)
     nid = g.op_nodes()[-1]

@@ -16,7 +16,7 @@ import pytest
 
 import mx_trt
 from mx_trt.errors import GraphImportError
-from mx_trt.graph_import import symbol_to_graph
+from mx_trt.graph.importer import symbol_to_graph
 from tests import userops
 from tests.mxcheck import OP_TOL, random_inputs, random_params
 from tests.test_bind import bind, conv_relu
@@ -128,8 +128,8 @@ def test_identities_do_not_split_subgraphs(monkeypatch):
 
 
 def test_dropout_always_is_not_an_identity():
-    from mx_trt.graph_import import inference_identity
-    from passes.ir import Node
+    from mx_trt.graph.importer import inference_identity
+    from mx_trt.passes.ir import Node
 
     assert inference_identity(Node(0, "d", "Dropout", {"p": "0.5"}))
     assert not inference_identity(Node(0, "d", "Dropout", {"p": "0.5", "mode": "always"}))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt import fused_op
+from mx_trt.runtime import fused_op
 from mx_trt.errors import BackendUnavailableError, ParamMismatchError, ShapeError
 from tests import userops
 from tests.mxcheck import OP_TOL, random_inputs, random_params
@@ -178,7 +178,7 @@ def test_gradients_requested_bind_natively_with_one_warning(monkeypatch, caplog)
 
 
 def test_failed_engine_build_leaves_subgraph_native(monkeypatch, caplog):
-    from mx_trt.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
     from mx_trt.errors import EngineBuildError
 
     def boom(self, exported, options):

@@ -40,7 +40,7 @@ def _run(num_hidden, monkeypatch, threshold=None):
 def test_external_data_path_small(monkeypatch, caplog):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="mx_trt.onnx_export"):
+    with caplog.at_level(logging.INFO, logger="mx_trt.export.subgraph"):
         _run(300, monkeypatch, threshold=1 << 16)
     assert any("external data" in r.getMessage() for r in caplog.records)
 

@@ -1,14 +1,16 @@
 """The tree's layout rules, read from the source with ``ast`` (nothing is imported).
 
-* Imports between the project's own modules (``passes`` and ``mx_trt``) flow one
-  way: no cycle, counting package ``__init__`` files and imports inside
-  functions, with relative imports resolved.
-* ``passes/`` is pure: it imports neither the plugin nor MXNet, ONNX, ONNX
-  Runtime or TensorRT.
+* Imports between the project's own modules flow one way: no cycle, counting
+  package ``__init__`` files and imports inside functions, with relative
+  imports resolved; and each stage folder imports only the stages before it
+  (:data:`LAYERS`, the order of ARCHITECTURE.md). Nothing imports the package root.
+* ``passes/`` (installed, and linked in the checkout, as ``mx_trt.passes``) is
+  pure: it imports neither the rest of the plugin nor MXNet, ONNX, ONNX Runtime
+  or TensorRT.
 * No module over :data:`MAX_MODULE_LINES` lines, no class over
   :data:`MAX_CLASS_LINES` lines.
 * The converter registry imports no converter module (the package
-  ``mx_trt.converters`` imports them; the registry stays a leaf).
+  ``mx_trt.export.converters`` imports them; the registry stays a leaf).
 """
 from __future__ import annotations
 
@@ -20,14 +22,30 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("passes", "mx_trt")
+PACKAGES = ("mx_trt",)
+#: The stages, first to last: a module imports only modules of its own stage or earlier ones.
+LAYERS: Tuple[Tuple[str, ...], ...] = (
+    ("mx_trt._version", "mx_trt.errors"),
+    ("mx_trt.settings",),
+    ("mx_trt.passes",),
+    ("mx_trt.graph",),
+    ("mx_trt.export",),
+    ("mx_trt.cache",),
+    ("mx_trt.build",),
+    ("mx_trt.runtime",),
+    ("mx_trt.pipeline",),
+    ("mx_trt.frontends",),
+    ("mx_trt.artifacts",),
+    ("mx_trt.tools",),
+)
+PASSES = "mx_trt.passes"
 MAX_MODULE_LINES = 800
 MAX_CLASS_LINES = 300
 #: Top-level packages that ``passes/`` must not import.
 PASSES_FORBIDDEN = ("mx_trt", "mxnet", "onnx", "onnxruntime", "tensorrt", "tensorrt_rtx")
-REGISTRY = "mx_trt.converters.registry"
+REGISTRY = "mx_trt.export.converters.registry"
 #: What the registry may import from its own package: the leaf type module.
-REGISTRY_ALLOWED = ("mx_trt.converters.spec",)
+REGISTRY_ALLOWED = ("mx_trt.export.spec",)
 
 
 @dataclass(frozen=True)
@@ -197,11 +215,12 @@ def test_no_import_cycle_between_the_projects_modules() -> None:
 def test_passes_import_neither_the_plugin_nor_mxnet_onnx_or_tensorrt() -> None:
     problems = []
     for m in sorted(MODULES):
-        if not m.startswith("passes"):
+        if not (m == PASSES or m.startswith(PASSES + ".")):
             continue
         for imp in _imports(m):
             top = imp.target.split(".")[0]
-            if top in PASSES_FORBIDDEN:
+            own = imp.target == PASSES or imp.target.startswith(PASSES + ".")
+            if top in PASSES_FORBIDDEN and not own:
                 problems.append(f"{_rel(m)}:{imp.line} imports {imp.target}")
     assert not problems, (
         f"passes/ is pure Python on the IR and must not import {', '.join(PASSES_FORBIDDEN)}:\n"
@@ -252,12 +271,53 @@ def test_the_converter_registry_imports_no_converter() -> None:
     problems = []
     for imp in _imports(REGISTRY):
         t = _own(imp.target)
-        if t is not None and (t == "mx_trt.converters" or t.startswith("mx_trt.converters.")) \
+        if t is not None and (t == "mx_trt.export.converters" or t.startswith("mx_trt.export.converters.")) \
                 and t not in REGISTRY_ALLOWED:
             problems.append(f"{_rel(REGISTRY)}:{imp.line} imports {t}")
     assert not problems, (
-        "the registry must stay a leaf of mx_trt.converters (the package imports the converter "
+        "the registry must stay a leaf of mx_trt.export.converters (the package imports the converter "
         f"modules; the registry may import only {', '.join(REGISTRY_ALLOWED)}):\n" + "\n".join(problems))
+
+
+def _layer(mod: str) -> int:
+    for k, prefixes in enumerate(LAYERS):
+        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+            return k
+    raise AssertionError(f"{mod} is in no stage of LAYERS: add its folder to tests/test_layout.py and ARCHITECTURE.md")
+
+
+def test_every_module_belongs_to_a_stage() -> None:
+    for m in MODULES:
+        if m != "mx_trt":
+            _layer(m)
+
+
+def test_stages_import_only_earlier_stages() -> None:
+    edges = _edges()
+    problems = []
+    for m in sorted(MODULES):
+        if m == "mx_trt":
+            continue
+        for t, line in sorted(edges[m].items()):
+            if t == "mx_trt":
+                problems.append(f"{_rel(m)}:{line} imports the package root (import the module that defines the name)")
+            elif _layer(t) > _layer(m):
+                problems.append(f"{_rel(m)}:{line} ({LAYERS[_layer(m)][0]}) imports {t}, a later stage "
+                                f"({LAYERS[_layer(t)][0]})")
+    assert not problems, "imports must point to earlier stages only:\n" + "\n".join(problems)
+
+
+def test_the_checkouts_mx_trt_passes_links_every_module_of_passes() -> None:
+    """In a checkout ``mx_trt/passes/`` holds one link per module of ``passes/``; the wheel holds the files."""
+    src = sorted(f for f in os.listdir(os.path.join(ROOT, "passes")) if f.endswith(".py"))
+    linked = os.path.join(ROOT, "mx_trt", "passes")
+    if not os.path.islink(os.path.join(linked, "__init__.py")):
+        pytest.skip("installed tree: mx_trt/passes holds the files themselves")
+    links = sorted(f for f in os.listdir(linked) if f.endswith(".py"))
+    assert links == src, f"mx_trt/passes/ links {links}, passes/ holds {src}: add or remove the links"
+    for f in links:
+        target = os.path.realpath(os.path.join(linked, f))
+        assert target == os.path.realpath(os.path.join(ROOT, "passes", f)), f"mx_trt/passes/{f} points to {target}"
 
 
 # -- the checker itself, on small trees -------------------------------------------------------------

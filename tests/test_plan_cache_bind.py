@@ -11,7 +11,8 @@ import mxnet as mx
 import numpy as np
 
 import mx_trt
-from mx_trt import engines
+from mx_trt.frontends.hook import disabled
+from mx_trt.build import engines
 from tests.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
@@ -60,7 +61,7 @@ def test_warm_cache_loads_instead_of_building(monkeypatch, tmp_path):
     args2 = dict(args, conv_weight=args["conv_weight"] + 0.5)
     e3, out3 = bind(sym, args2, aux, x)
     assert mx_trt.bind_info(e3).builds == 1
-    with mx_trt.hook.disabled():
+    with disabled():
         ref = sym.simple_bind(mx.cpu(), grad_req="null", **SHAPES)
     ref.copy_params_from(args2, aux)
     ref.arg_dict["data"][:] = x

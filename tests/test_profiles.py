@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import mx_trt
+from mx_trt.frontends.hook import disabled
 from mx_trt.errors import ShapeError
-from mx_trt.profiles import batch_ranges
+from mx_trt.build.profiles import batch_ranges
 from mx_trt.settings import Settings
 from tests.mxcheck import OP_TOL, random_params
 
@@ -30,7 +31,7 @@ def cnn():
 
 
 def native(sym, args, aux, x):
-    with mx_trt.hook.disabled():
+    with disabled():
         exe = sym.simple_bind(mx.cpu(), grad_req="null", data=x.shape)
     exe.copy_params_from(args, aux)
     exe.arg_dict["data"][:] = x
@@ -155,26 +156,26 @@ def test_explicit_profiles_select_by_batch(monkeypatch):
 def test_batch_is_one_named_dimension_in_the_export(monkeypatch):
     import onnx
 
-    from mx_trt.graph_import import symbol_to_graph
-    from mx_trt.profiles import SubgraphExporter
-    from passes.fuse import boundary
+    from mx_trt.graph.importer import symbol_to_graph
+    from mx_trt.export.dynamic import SubgraphExporter
+    from mx_trt.passes.fuse import boundary
 
     x, y = mx.sym.var("data"), mx.sym.var("data2")
     s = mx.sym.Group([mx.sym.relu(x) + mx.sym.relu(y), mx.sym.sigmoid(x)])
     shapes = {"data": (2, 3), "data2": (2, 3)}
     g = symbol_to_graph(s, shapes)
     ins, outs = boundary(g, g.op_nodes(), set())
-    ex = SubgraphExporter(s, shapes, {}, None, g, {}, False, [(1, 2, 8)]).export("sg", g.op_nodes(), ins, outs)
+    ex = SubgraphExporter(s, shapes, {}, g, {}, False, [(1, 2, 8)]).export("sg", g.op_nodes(), ins, outs)
     dims = [v.type.tensor_type.shape.dim[0].dim_param for v in list(ex.model.graph.input) + list(ex.model.graph.output)]
     assert dims == ["batch"] * 4
     onnx.checker.check_model(ex.model)
 
 
 def test_fp16_engines(monkeypatch):
-    from mx_trt.onnx_export import export_subgraph
-    from mx_trt.precision import to_fp16
-    from mx_trt.graph_import import symbol_to_graph
-    from passes.fuse import boundary
+    from mx_trt.export.subgraph import export_subgraph
+    from mx_trt.export.precision import to_fp16
+    from mx_trt.graph.importer import symbol_to_graph
+    from mx_trt.passes.fuse import boundary
 
     sym = cnn()
     shapes = {"data": (2, 3, 8, 8)}

@@ -25,21 +25,28 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.backends import BACKENDS, Buffer, BuildOptions, select_backend
-from mx_trt.backends.base import TensorSpec
-from mx_trt.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine, cuda, load_engine
-from mx_trt.backends.tensorrt.builder import workspace_limit
-from mx_trt.backends.tensorrt.caches import load_timing_cache
-from mx_trt.backends.tensorrt.diagnostics import parser_error_messages
-from mx_trt.backends.tensorrt.flavours import rtx_specialization
-from mx_trt.backends.tensorrt.logs import LogCapture, logger_for
-from mx_trt.backends.tensorrt.shapes import (batch_rule_output_shapes, context_output_shapes, dims_tuple, make_profiles,
-                                             profiles_from_batch_ranges, select_profile)
-from mx_trt.bind import analyze
+from mx_trt.build.backends import BACKENDS, Buffer, BuildOptions, select_backend
+from mx_trt.build.backends.base import TensorSpec
+from mx_trt.build.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine, cuda, load_engine
+from mx_trt.build.backends.tensorrt.builder import workspace_limit
+from mx_trt.build.backends.tensorrt.caches import load_timing_cache
+from mx_trt.build.backends.tensorrt.diagnostics import parser_error_messages
+from mx_trt.build.backends.tensorrt.flavours import rtx_specialization
+from mx_trt.build.backends.tensorrt.logs import LogCapture, logger_for
+from mx_trt.build.backends.tensorrt.shapes import (
+    batch_rule_output_shapes,
+    context_output_shapes,
+    dims_tuple,
+    make_profiles,
+    profiles_from_batch_ranges,
+    select_profile,
+)
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
 from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, MxTrtError, ShapeError
-from mx_trt.onnx_export import export_subgraph
+from mx_trt.export.subgraph import export_subgraph
 from mx_trt.settings import Settings
-from passes.fuse import boundary
+from mx_trt.passes.fuse import boundary
 from tests.mxcheck import random_inputs, random_params, run_native
 
 GPU_RTOL, GPU_ATOL = 1e-3, 1e-4
@@ -67,7 +74,7 @@ def export_all(sym, shapes, dynamic_batch=None):
     """Every subgraph of ``sym`` exported the way a bind would, weights from seeded random values."""
     args, aux = random_params(sym, shapes)
     params = {**args, **aux}
-    plan = analyze(sym, shapes, params, Settings.from_env(), None)
+    plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), None))
     absorbed = plan.absorbed_ids()
     weights = {k: v.asnumpy() for k, v in params.items()}
     out = []
@@ -328,7 +335,7 @@ def test_parser_errors_name_the_mxnet_node(rtx, caplog):
     conv = next(n for n in ex.model.graph.node if n.op_type == "Conv")
     assert ex.origin[conv.name] == "a_conv"
     conv.op_type = "NoSuchOnnxOp"
-    with caplog.at_level(logging.ERROR, logger="mx_trt.backends.tensorrt"):
+    with caplog.at_level(logging.ERROR, logger="mx_trt.build.backends.tensorrt"):
         with pytest.raises(EngineBuildError) as info:
             build(ex)
     msg = str(info.value)
@@ -392,7 +399,7 @@ NEEDS_2D_VIEW = [
 def test_rank_one_softmax_and_global_argmax_build(rtx, make, shape):
     """The shapes TensorRT's parser rejected as 1-D ops now convert to a form it builds, and stay in the engine."""
     sym = make(mx.sym.var("x"))
-    plan = analyze(sym, {"x": shape}, {}, Settings.from_env(), TensorRTRTXBackend())
+    plan = analyze(BindRequest(sym, {"x": shape}, {}, Settings.from_env(), TensorRTRTXBackend()))
     assert plan.partition.native == {}
     (ex,) = export_all(sym, {"x": shape})
     assert build(ex).plan
@@ -487,7 +494,7 @@ def test_timing_cache_is_written_and_reloaded(rtx, tmp_path, caplog):
     build(tiny(), timing_cache_path=str(path))  # reads it back (RTX may decline it without a GPU: a warning)
     assert path.read_bytes()
     path.write_bytes(b"garbage" * 100)
-    with caplog.at_level(logging.DEBUG, logger="mx_trt.backends.tensorrt"):
+    with caplog.at_level(logging.DEBUG, logger="mx_trt.build.backends.tensorrt"):
         eng = build(tiny(), timing_cache_path=str(path))
     assert eng.plan
     # One line says what happened (INFO: TensorRT-RTX does not use timing caches); TensorRT's own
@@ -566,8 +573,9 @@ def test_running_without_a_device_is_a_clear_error(rtx):
 
 def test_bind_pass_builds_stores_and_reloads_engines(rtx, monkeypatch):
     """The bind pass with this backend, up to the forward (which needs a device): build, reuse, plan cache, reshape."""
-    from mx_trt import engines
-    from mx_trt.bind import bind_with_backend
+    from mx_trt.build import engines
+    from mx_trt.frontends.hook import original_simple_bind
+    from mx_trt.pipeline.bind import bind
 
     monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", "8")
     s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
@@ -576,7 +584,8 @@ def test_bind_pass_builds_stores_and_reloads_engines(rtx, monkeypatch):
     for k in range(3):
         if k == 2:
             engines.clear_pool()  # a new process: the engine comes from the plan cache on disk
-        exe, info = bind_with_backend(s, mx.cpu(), TensorRTRTXBackend(), Settings.from_env(), {**args, **aux}, SHAPES)
+        exe, info = bind(BindRequest(s, SHAPES, {**args, **aux}, Settings.from_env(), TensorRTRTXBackend(), ctx=mx.cpu(),
+                                      native_bind=original_simple_bind()))
         fused = info.engines[0]
         sources.append(fused.source)
         assert isinstance(fused.engine, TrtEngine) and fused.engine.batch_ranges == [(1, 2, 8)]
@@ -871,7 +880,7 @@ def test_gpu_engine_reused_across_reshape_within_the_profile(monkeypatch):
 @pytest.mark.parametrize("req", ["write", "inplace", "add", "null"])
 def test_gpu_fused_operator_honours_req(req, monkeypatch):
     require_gpu()
-    from mx_trt import fused_op
+    from mx_trt.runtime import fused_op
 
     s = conv_relu(mx.sym.var("data"), "a")
     args, aux = random_params(s, SHAPES)
@@ -893,7 +902,7 @@ def test_gpu_engine_built_here_runs_through_a_runner():
     backend = next(cls() for cls in (TensorRTBackend, TensorRTRTXBackend) if cls.unavailable_reason() is None)
     ex = tiny()
     eng = backend.build(ex, BuildOptions(device_id=0, name="tiny"))
-    from mx_trt.fused_op import data_ptr
+    from mx_trt.runtime.fused_op import data_ptr
 
     import onnxruntime as ort
 

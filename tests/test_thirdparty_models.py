@@ -30,6 +30,7 @@ import mxnet as mx
 import pytest
 
 import mx_trt
+from mx_trt.frontends.hook import disabled
 from tests.models.compare import check_engines, compare_outputs, match_detections
 from tests.models.thirdparty import MODELS
 
@@ -64,7 +65,7 @@ TARGETS: Dict[str, Target] = {
 
 
 def _native(model):
-    with mx_trt.hook.disabled():
+    with disabled():
         exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes, **model.shapes)
     exe.copy_params_from(model.args, model.aux, allow_extra_params=True)
     for k, v in model.inputs.items():

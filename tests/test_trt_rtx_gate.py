@@ -26,13 +26,14 @@ from typing import Any, Dict, List, Mapping, Tuple
 import mxnet as mx
 import pytest
 
-from mx_trt.backends.base import BuildOptions
-from mx_trt.backends.tensorrt import TensorRTRTXBackend
-from mx_trt.bind import analyze
+from mx_trt.build.backends.base import BuildOptions
+from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
 from mx_trt.errors import EngineBuildError, MxTrtError
-from mx_trt.profiles import SubgraphExporter
+from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.settings import Settings
-from passes.fuse import boundary
+from mx_trt.passes.fuse import boundary
 from tests import userops
 from tests.mxcheck import random_params
 from tests.test_bind import conv_relu
@@ -77,11 +78,11 @@ def gate(model: str, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Ma
         Counts and times, for the log.
     """
     t0 = time.perf_counter()
-    plan = analyze(sym, shapes, params, Settings.from_env(), backend)
+    plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), backend))
     graph = plan.graph
     absorbed = plan.absorbed_ids()
     weights = {n.name: params[n.name].asnumpy() for n in graph.nodes if n.is_variable and n.id in absorbed}
-    exporter = SubgraphExporter(sym, shapes, params, None, graph, weights, fp16, [BATCH_RANGE])
+    exporter = SubgraphExporter(sym, shapes, params, graph, weights, fp16, [BATCH_RANGE])
     failures: List[str] = []
     stats = {"subgraphs": 0, "dynamic": 0, "static": 0, "build_s": 0.0}
     for sg in plan.partition.subgraphs:

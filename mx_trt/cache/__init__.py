@@ -63,13 +63,13 @@ from __future__ import annotations
 
 import os  # noqa: F401  (tests patch ``mx_trt.cache.os``)
 
-from .entry import FORMAT_VERSION, CacheEntry
-from .eviction import ENV_MAX_MB
-from .fs import UnsafePathError
-from .key import Blob, bad_file_name as _bad_file_name, check_key as _check_key, make_key
-from .locking import _Staging, flock as _flock, make_work_dir, sweep_orphans, unlock as _unlock
-from .store import DEFAULT_MAX_MB, ENV_DIR, EngineCache, default_cache_dir, env_config
-from .writing import FileSource
+from mx_trt.cache.entry import FORMAT_VERSION, CacheEntry
+from mx_trt.cache.eviction import ENV_MAX_MB
+from mx_trt.cache.fs import UnsafePathError
+from mx_trt.cache.key import Blob, bad_file_name as _bad_file_name, check_key as _check_key, make_key
+from mx_trt.cache.locking import _Staging, flock as _flock, make_work_dir, sweep_orphans, unlock as _unlock
+from mx_trt.cache.store import DEFAULT_MAX_MB, ENV_DIR, EngineCache, default_cache_dir, env_config
+from mx_trt.cache.writing import FileSource
 
 __all__ = [
     "DEFAULT_MAX_MB", "ENV_DIR", "ENV_MAX_MB", "FORMAT_VERSION", "Blob", "CacheEntry", "EngineCache", "FileSource",

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
-from ..errors import CacheError
-from .fs import MAX_META_BYTES, UnsafePathError, check_dir, open_regular, read_regular, sha256_regular
-from .key import META, bad_file_name
+from mx_trt.errors import CacheError
+from mx_trt.cache.fs import MAX_META_BYTES, UnsafePathError, check_dir, open_regular, read_regular, sha256_regular
+from mx_trt.cache.key import META, bad_file_name
 
 #: Layout version stored in every ``meta.json``; entries of another version are misses.
 FORMAT_VERSION: int = 1

@@ -10,10 +10,10 @@ import logging
 import os
 from typing import TYPE_CHECKING, ContextManager, List, NamedTuple, Optional
 
-from .entry import Bad, CacheEntry, Vanished, make_entry, read_record
-from .fs import remove_tree, unlink_quiet
-from .key import KEY_RE, META, SHARD_RE
-from .locking import LOCKS
+from mx_trt.cache.entry import Bad, CacheEntry, Vanished, make_entry, read_record
+from mx_trt.cache.fs import remove_tree, unlink_quiet
+from mx_trt.cache.key import KEY_RE, META, SHARD_RE
+from mx_trt.cache.locking import LOCKS
 
 logger = logging.getLogger(__package__)
 

@@ -17,7 +17,7 @@ import shutil
 import stat
 from typing import Any, Dict, Optional, Union
 
-from .key import byte_view
+from mx_trt.cache.key import byte_view
 
 logger = logging.getLogger(__package__)
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from ..errors import CacheError
+from mx_trt.errors import CacheError
 
 #: What :func:`make_key` hashes besides ``parts``.
 Blob = Union[bytes, bytearray, memoryview, np.ndarray, np.generic]

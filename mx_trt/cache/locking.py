@@ -23,8 +23,8 @@ import threading
 import time
 from typing import Dict, Iterator, Optional, Tuple
 
-from .fs import ensure_dir, lstat_or_none, remove_tree, unlink_quiet
-from .key import check_key
+from mx_trt.cache.fs import ensure_dir, lstat_or_none, remove_tree, unlink_quiet
+from mx_trt.cache.key import check_key
 
 logger = logging.getLogger(__package__)
 

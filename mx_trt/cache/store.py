@@ -8,13 +8,13 @@ import stat
 import time
 from typing import Any, ContextManager, Dict, Optional, Tuple
 
-from ..errors import CacheError
-from .entry import Bad, CacheEntry, Vanished, check_entry_dir, make_entry, read_record, verify_files
-from .eviction import AUX, ENV_MAX_MB, MIB, EvictionMixin
-from .fs import describe, ensure_dir, lstat_or_none, remove_tree, unlink_quiet
-from .key import META, check_key
-from .locking import LOCKS, LockingMixin, _Staging, sweep_tmp
-from .writing import TMP, WritingMixin
+from mx_trt.errors import CacheError
+from mx_trt.cache.entry import Bad, CacheEntry, Vanished, check_entry_dir, make_entry, read_record, verify_files
+from mx_trt.cache.eviction import AUX, ENV_MAX_MB, MIB, EvictionMixin
+from mx_trt.cache.fs import describe, ensure_dir, lstat_or_none, remove_tree, unlink_quiet
+from mx_trt.cache.key import META, check_key
+from mx_trt.cache.locking import LOCKS, LockingMixin, _Staging, sweep_tmp
+from mx_trt.cache.writing import TMP, WritingMixin
 
 logger = logging.getLogger(__package__)
 

@@ -8,11 +8,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
-from ..errors import CacheError
-from .entry import FORMAT_VERSION, CacheEntry, make_entry
-from .fs import describe, ensure_dir, fsync_dir, unlink_quiet, write_bytes, write_path
-from .key import META, bad_file_name, check_key
-from .locking import _Staging, sweep_tmp
+from mx_trt.errors import CacheError
+from mx_trt.cache.entry import FORMAT_VERSION, CacheEntry, make_entry
+from mx_trt.cache.fs import describe, ensure_dir, fsync_dir, unlink_quiet, write_bytes, write_path
+from mx_trt.cache.key import META, bad_file_name, check_key
+from mx_trt.cache.locking import _Staging, sweep_tmp
 
 logger = logging.getLogger(__package__)
 

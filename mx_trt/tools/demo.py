@@ -20,9 +20,9 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from ..api import bind_info
-from ..engines import clear_pool
-from .cli.timing import forward_fn, measure
+from mx_trt.frontends.contrib import bind_info
+from mx_trt.build.engines import clear_pool
+from mx_trt.tools.cli.timing import forward_fn, measure
 
 
 def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:

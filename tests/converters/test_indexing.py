@@ -15,11 +15,12 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.backends.tensorrt import TensorRTRTXBackend
-from mx_trt.bind import analyze
-from mx_trt.converters import registry
-from mx_trt.graph_import import symbol_to_graph
-from mx_trt.onnx_export import op_spec
+from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.export.converters import registry
+from mx_trt.graph.importer import symbol_to_graph
+from mx_trt.export.subgraph import op_spec
 from mx_trt.settings import Settings
 from tests.mxcheck import check_symbol, random_params, run_onnx_whole
 
@@ -425,7 +426,7 @@ def test_trt_rtx_builds(name, fp16, trt_rtx):
 
     sym, shapes = _gate_graphs()[name]
     args, aux = random_params(sym, shapes)
-    plan = analyze(sym, shapes, {**args, **aux}, Settings.from_env(), trt_rtx)
+    plan = analyze(BindRequest(sym, shapes, {**args, **aux}, Settings.from_env(), trt_rtx))
     native = {plan.graph.nodes[n].op: why for n, why in plan.reasons.items()}
     assert not native, f"left native for TensorRT: {native}"
     inside, total = plan.op_counts()
@@ -440,10 +441,10 @@ def test_trt_rtx_builds(name, fp16, trt_rtx):
                          ids=["argsort", "sort", "topk"])
 def test_topk_limit_is_tensorrts_alone(make):
     """k above TensorRT's TopK limit keeps the op native for the TensorRT backends only."""
-    from mx_trt.backends.onnxruntime import OnnxRuntimeBackend
-    from mx_trt.backends.tensorrt import TensorRTRTXBackend
-    from mx_trt.bind import support
-    from mx_trt.graph_import import symbol_to_graph
+    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.pipeline.plan import support
+    from mx_trt.graph.importer import symbol_to_graph
     from mx_trt.settings import Settings
 
     sym = make(mx.sym.var("data"))

@@ -14,11 +14,12 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.backends.tensorrt import TensorRTRTXBackend
-from mx_trt.bind import analyze
-from mx_trt.converters.registry import OpSpec, check
-from mx_trt.graph_import import symbol_to_graph
-from mx_trt.onnx_export import op_spec
+from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.export.converters.registry import OpSpec, check
+from mx_trt.graph.importer import symbol_to_graph
+from mx_trt.export.subgraph import op_spec
 from mx_trt.settings import Settings
 from tests.mxcheck import OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
 
@@ -457,7 +458,7 @@ def test_trt_rtx_gate(name, build, fp16, rtx, monkeypatch):
     sym, shapes = build()
     args, aux = random_params(sym, shapes)
     params = {**args, **aux}
-    plan = analyze(sym, shapes, params, Settings.from_env(), rtx)
+    plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), rtx))
     native = {plan.graph.nodes[i].op: why for i, why in plan.reasons.items()}
     assert not native, native
     inside = sum(len(sg.nodes) for sg in plan.partition.subgraphs)
@@ -497,8 +498,8 @@ def _transformer():
 @pytest.mark.parametrize("build", [_small_bert, _transformer], ids=["bert", "transformer"])
 def test_gluonnlp_model_operators_convert(build):
     """The attention, softmax, GELU, Embedding and LayerNorm nodes of GluonNLP's models all convert."""
-    from mx_trt.converters import nlp
-    from mx_trt.converters.registry import lookup
+    from mx_trt.export.converters import nlp
+    from mx_trt.export.converters.registry import lookup
 
     sym, params, shapes = build()
     g = symbol_to_graph(sym, {**{k: tuple(v.shape) for k, v in params.items()}, **shapes})

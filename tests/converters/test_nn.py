@@ -13,9 +13,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.converters.registry import OpSpec, check
-from mx_trt.graph_import import symbol_to_graph
-from mx_trt.onnx_export import op_spec
+from mx_trt.export.converters.registry import OpSpec, check
+from mx_trt.graph.importer import symbol_to_graph
+from mx_trt.export.subgraph import op_spec
 from tests.mxcheck import MODEL_TOL, OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
 
 D = mx.sym.Variable("data")
@@ -604,8 +604,8 @@ def test_model_zoo_validators_accept_every_node():
     """Each node of the zoo's vision models that an nn.py converter handles is accepted."""
     from mxnet.gluon.model_zoo.vision import get_model
 
-    from mx_trt.converters import nn
-    from mx_trt.converters.registry import lookup
+    from mx_trt.export.converters import nn
+    from mx_trt.export.converters.registry import lookup
 
     refused = []
     for model in ZOO_MODELS:

@@ -16,9 +16,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.converters import registry
-from mx_trt.graph_import import symbol_to_graph
-from mx_trt.onnx_export import op_spec
+from mx_trt.export.converters import registry
+from mx_trt.graph.importer import symbol_to_graph
+from mx_trt.export.subgraph import op_spec
 from tests.mxcheck import check_symbol, random_params
 
 D = mx.sym.Variable("data")
@@ -358,8 +358,9 @@ GATE = sorted(_gate_cases())
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", GATE)
 def test_trt_rtx_gate(name, fp16, monkeypatch):
-    from mx_trt.backends.tensorrt import TensorRTRTXBackend
-    from mx_trt.bind import analyze
+    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.pipeline.plan import analyze
+    from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings
     from tests.test_trt_rtx_gate import gate
 
@@ -372,7 +373,7 @@ def test_trt_rtx_gate(name, fp16, monkeypatch):
     sym, shapes, op = _gate_cases()[name]
     args, aux = random_params(sym, shapes)
     params = {**args, **aux}
-    plan = analyze(sym, shapes, params, Settings.from_env(), backend)
+    plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), backend))
     in_engine = {plan.graph.nodes[i].op for sg in plan.partition.subgraphs for i in sg.nodes}
     native = {plan.graph.nodes[i].op: why for i, why in plan.reasons.items()}
     assert op in in_engine, f"{op} stayed native: {native.get(op)}"

@@ -17,9 +17,9 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.backends.base import Buffer
-from passes.fuse import boundary
-from passes.ir import Entry
+from mx_trt.build.backends.base import Buffer
+from mx_trt.passes.fuse import boundary
+from mx_trt.passes.ir import Entry
 
 #: fp32 tolerance for whole models, relative to each tensor's range.
 RTOL, ATOL = 1e-3, 1e-4
@@ -30,8 +30,8 @@ def native_values(sym: Any, params: Mapping[str, Any], shapes: Mapping[str, Tupl
     """MXNet's values of ``entries`` of ``graph`` (the pass's import of ``sym``), from one native forward."""
     import mxnet as mx
 
-    from mx_trt import hook
-    from mx_trt.graph_import import _output_owners, _with_unique_names
+    from mx_trt.frontends import hook
+    from mx_trt.graph.importer import _output_owners, _with_unique_names
 
     usym, _, _ = _with_unique_names(sym)
     internals = usym.get_internals()

@@ -4,8 +4,8 @@ from __future__ import annotations
 import random
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from passes.ir import Graph, build_graph
-from passes.partition import PartitionResult, partition
+from mx_trt.passes.ir import Graph, build_graph
+from mx_trt.passes.partition import PartitionResult, partition
 
 #: The op name that marks a node as unsupported in the hand-written graphs.
 UNSUPPORTED_OP = "Custom"

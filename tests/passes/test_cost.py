@@ -1,8 +1,8 @@
-"""passes.cost: which subgraphs pay for an engine, by the work they do rather than their size."""
+"""mx_trt.passes.cost: which subgraphs pay for an engine, by the work they do rather than their size."""
 from __future__ import annotations
 
-from passes.cost import CostModel, estimate_macs, graph_macs, keep_worthwhile, worth_an_engine
-from passes.ir import Entry
+from mx_trt.passes.cost import CostModel, estimate_macs, graph_macs, keep_worthwhile, worth_an_engine
+from mx_trt.passes.ir import Entry
 from tests.passes.graphs import by_name, make, run
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from passes.fuse import boundary, fuse
-from passes.ir import Entry
-from passes.partition import Subgraph
-from passes.validate import PartitionError
+from mx_trt.passes.fuse import boundary, fuse
+from mx_trt.passes.ir import Entry
+from mx_trt.passes.partition import Subgraph
+from mx_trt.passes.validate import PartitionError
 from tests.passes.graphs import make, run
 
 

@@ -13,15 +13,15 @@ from typing import List
 
 import pytest
 
-from passes.ir import Graph
-from passes.partition import (
+from mx_trt.passes.ir import Graph
+from mx_trt.passes.partition import (
     DEFAULT_MIN_SUBGRAPH_SIZE,
     MIN_SUBGRAPH_SIZE_ENV,
     Subgraph,
     partition,
     partition_dag,
 )
-from passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
+from mx_trt.passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
 from tests.passes.graphs import by_name, make, native_names, run, unsupported_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -294,7 +294,7 @@ def test_deterministic_across_runs_and_hash_seeds():
         "from tests.passes.test_partition import CROSS_CYCLE\n"
         "from tests.passes.graphs import make, run\n"
         "from tests.passes.graphs import random_dag\n"
-        "from passes.partition import partition_dag\n"
+        "from mx_trt.passes.partition import partition_dag\n"
         "import random\n"
         "r = run(make(CROSS_CYCLE))\n"
         "print([(s.name, s.nodes) for s in r.subgraphs], sorted(r.native.items()))\n"

@@ -6,9 +6,9 @@ from typing import List, Set
 
 import pytest
 
-from passes.contraction import ContractedDag as _ContractedDag
-from passes.groups import reach_bitsets as _reach_bitsets, successors as _successors
-from passes.order_list import OrderList as _OrderList
+from mx_trt.passes.contraction import ContractedDag as _ContractedDag
+from mx_trt.passes.groups import reach_bitsets as _reach_bitsets, successors as _successors
+from mx_trt.passes.order_list import OrderList as _OrderList
 from tests.passes.graphs import random_dag
 
 

@@ -12,10 +12,10 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from passes.fuse import fuse
-from passes.ir import Entry, Graph, Node
-from passes.partition import _literal_partition_reference, _partition_core, partition, partition_dag
-from passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
+from mx_trt.passes.fuse import fuse
+from mx_trt.passes.ir import Entry, Graph, Node
+from mx_trt.passes.partition import _literal_partition_reference, _partition_core, partition, partition_dag
+from mx_trt.passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
 from tests.passes.graphs import random_dag
 
 GRAPHS = 4000

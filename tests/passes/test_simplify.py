@@ -1,8 +1,8 @@
-"""passes.simplify: inference-time identities leave the graph before partitioning."""
+"""mx_trt.passes.simplify: inference-time identities leave the graph before partitioning."""
 from __future__ import annotations
 
-from passes.ir import Entry
-from passes.simplify import remove_identities
+from mx_trt.passes.ir import Entry
+from mx_trt.passes.simplify import remove_identities
 from tests.passes.graphs import by_name, make, run
 
 IDENTITY = {"Dropout", "identity"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
+from mx_trt.passes.validate import PartitionError, check_acyclic, check_acyclic_dag, maximality_violations
 from tests.passes.graphs import make
 
 

@@ -21,7 +21,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.backends import onnxruntime as ort_backend
+from mx_trt.build.backends import onnxruntime as ort_backend
 from mx_trt.tools.cli.main import main
 from mx_trt.tools.cli.timing import Progress
 from tests import userops
@@ -287,7 +287,7 @@ def test_build_needs_a_cache(models, capsys, monkeypatch):
 
 def _native_outputs(prefix, x):
     sym, args, aux = mx.model.load_checkpoint(prefix, 3)
-    from mx_trt.hook import disabled
+    from mx_trt.frontends.hook import disabled
 
     with disabled():
         exe = sym.simple_bind(mx.cpu(), grad_req="null", data=x.shape)
@@ -327,7 +327,7 @@ def test_export_then_load_without_building(models, capsys, tmp_path, monkeypatch
 
 def test_load_rejects_a_corrupt_export(models, capsys, tmp_path):
     from mx_trt.errors import MxTrtError
-    from mx_trt.export import load
+    from mx_trt.artifacts import load
 
     out = tmp_path / "exported"
     assert run(capsys, "export", models["plain"], out, *SHAPE)[0] == 0

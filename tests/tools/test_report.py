@@ -11,11 +11,11 @@ import pytest
 
 from mx_trt.tools import report as rpt
 from mx_trt.tools.report.model import boundaries
-from mx_trt.bind import Plan
-from passes.cost import estimate_macs
-from passes.fuse import boundary
-from passes.ir import Entry, build_graph
-from passes.partition import partition
+from mx_trt.pipeline.plan import Plan
+from mx_trt.passes.cost import estimate_macs
+from mx_trt.passes.fuse import boundary
+from mx_trt.passes.ir import Entry, build_graph
+from mx_trt.passes.partition import partition
 from tests.passes.graphs import UNSUPPORTED_OP, unsupported_of
 
 SVG = "{http://www.w3.org/2000/svg}"

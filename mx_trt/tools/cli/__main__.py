@@ -1,6 +1,6 @@
 """``python -m mx_trt.tools.cli``: the ``mxtrt`` command."""
 import sys
 
-from .main import main
+from mx_trt.tools.cli.main import main
 
 sys.exit(main())

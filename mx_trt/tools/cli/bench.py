@@ -8,10 +8,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .binding import WholeModelEngine, bind_accelerated, bind_native, run_executor, whole_model_note
-from .checkpoint import Checkpoint, load_model, random_inputs, resolve_shapes
-from .options import EXIT_OK, Shape, UsageError, default_batches, engine_setup, parse_batches, shapes_text, with_batch
-from .timing import Progress, forward_fn, latency_stats, measure
+from mx_trt.tools.cli.binding import WholeModelEngine, bind_accelerated, bind_native, run_executor, whole_model_note
+from mx_trt.tools.cli.checkpoint import Checkpoint, load_model, random_inputs, resolve_shapes
+from mx_trt.tools.cli.options import (
+    EXIT_OK,
+    Shape,
+    UsageError,
+    default_batches,
+    engine_setup,
+    parse_batches,
+    shapes_text,
+    with_batch,
+)
+from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
 
 #: Timed runs are split into this many rounds, variants alternating, so that drift
 #: (another process, thermal state) hits all of them alike.

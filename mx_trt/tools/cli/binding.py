@@ -5,11 +5,12 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ...backends import Buffer
-from ...bind import bind_with_backend
-from ...hook import disabled
-from .checkpoint import Checkpoint
-from .options import Shape
+from mx_trt.build.backends import Buffer
+from mx_trt.frontends.hook import disabled, original_simple_bind
+from mx_trt.pipeline.bind import bind
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.tools.cli.checkpoint import Checkpoint
+from mx_trt.tools.cli.options import Shape
 
 
 def bind_native(ckpt: Checkpoint, shapes: Mapping[str, Shape], ctx: Any) -> Any:
@@ -22,7 +23,8 @@ def bind_native(ckpt: Checkpoint, shapes: Mapping[str, Shape], ctx: Any) -> Any:
 
 def bind_accelerated(ckpt: Checkpoint, shapes: Mapping[str, Shape], ctx: Any, settings: Any, backend: Any) -> Tuple[Any, Any]:
     """The pass's bind: ``(executor, BindInfo)``."""
-    return bind_with_backend(ckpt.symbol, ctx, backend, settings, dict(ckpt.params), dict(shapes))
+    return bind(BindRequest(symbol=ckpt.symbol, shapes=shapes, params=dict(ckpt.params), settings=settings, backend=backend,
+                            ctx=ctx, native_bind=original_simple_bind()))
 
 
 def run_executor(exe: Any, inputs: Mapping[str, np.ndarray]) -> List[np.ndarray]:

@@ -8,14 +8,23 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from ... import engines
-from ...cache import ENV_DIR, EngineCache
-from ...errors import MxTrtError
-from ...settings import env_override
-from .binding import bind_accelerated
-from .checkpoint import load_model, resolve_shapes
-from .options import (EXIT_FAILED, EXIT_OK, UsageError, add_max_batch, check_max_batch, default_batches, engine_setup,
-                      parse_batches, with_batch)
+from mx_trt.build import engines
+from mx_trt.cache import ENV_DIR, EngineCache
+from mx_trt.errors import MxTrtError
+from mx_trt.settings import env_override
+from mx_trt.tools.cli.binding import bind_accelerated
+from mx_trt.tools.cli.checkpoint import load_model, resolve_shapes
+from mx_trt.tools.cli.options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    add_max_batch,
+    check_max_batch,
+    default_batches,
+    engine_setup,
+    parse_batches,
+    with_batch,
+)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .options import Shape, UsageError, parse_shape, shapes_text
+from mx_trt.tools.cli.options import Shape, UsageError, parse_shape, shapes_text
 
 logger = logging.getLogger(__name__)
 

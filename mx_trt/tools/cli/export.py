@@ -6,9 +6,9 @@ import json
 import os
 from typing import Any
 
-from ...export import export_model
-from .checkpoint import load_model
-from .options import EXIT_OK, UsageError, add_max_batch, check_max_batch, engine_setup, shapes_text
+from mx_trt.artifacts import export_model
+from mx_trt.tools.cli.checkpoint import load_model
+from mx_trt.tools.cli.options import EXIT_OK, UsageError, add_max_batch, check_max_batch, engine_setup, shapes_text
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

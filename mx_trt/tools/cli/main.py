@@ -27,10 +27,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ...errors import MxTrtError, ShapeError
-from ...settings import env_override
-from . import bench, build, export, partition, verify
-from .options import EXIT_FAILED, EXIT_USAGE, UsageError
+from mx_trt.errors import MxTrtError, ShapeError
+from mx_trt.settings import env_override
+from mx_trt.tools.cli import bench, build, export, partition, verify
+from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import logging
 import re
 from typing import Any, Dict, List, Mapping, Tuple
 
-from ...backends import select_backend
-from ...errors import BackendUnavailableError, MxTrtError
-from ...settings import Settings
+from mx_trt.build.backends import select_backend
+from mx_trt.errors import BackendUnavailableError, MxTrtError
+from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
 

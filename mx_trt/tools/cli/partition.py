@@ -7,11 +7,12 @@ import logging
 import sys
 from typing import Any, Dict
 
-from ...bind import analyze
-from ..report import build_report, render_html, render_svg, render_table, report_to_json
-from .binding import bind_accelerated
-from .checkpoint import load_model
-from .options import EXIT_OK, engine_setup, write_text
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.tools.report import build_report, render_html, render_svg, render_table, report_to_json
+from mx_trt.tools.cli.binding import bind_accelerated
+from mx_trt.tools.cli.checkpoint import load_model
+from mx_trt.tools.cli.options import EXIT_OK, engine_setup, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         _, info = bind_accelerated(ckpt, shapes, ctx, settings, backend)
         plan, failures = info.plan, dict(info.native_failures)
     else:
-        plan = analyze(ckpt.symbol, shapes, ckpt.params, settings, backend)
+        plan = analyze(BindRequest(symbol=ckpt.symbol, shapes=shapes, params=ckpt.params, settings=settings, backend=backend))
     report = build_report(plan, model=ckpt.prefix, backend=backend.name, failures=failures)
     for path, render in ((args.svg, render_svg), (args.html, render_html)):
         if path:

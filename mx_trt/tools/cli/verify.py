@@ -9,9 +9,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .binding import bind_accelerated, bind_native, run_executor
-from .checkpoint import load_model, random_inputs
-from .options import EXIT_FAILED, EXIT_OK, Shape, engine_setup, shapes_text
+from mx_trt.tools.cli.binding import bind_accelerated, bind_native, run_executor
+from mx_trt.tools.cli.checkpoint import load_model, random_inputs
+from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_OK, Shape, engine_setup, shapes_text
 
 #: (rtol, atol) per engine precision for ``verify``: an output passes when
 #: ``max|accelerated - native| <= atol + rtol * max|native|`` (errors measured

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from .units import Unit
+from mx_trt.tools.report.units import Unit
 
 _CHAR_W = 6.4  # average glyph width at 11 px (sans-serif)
 LINE_H = 14.0

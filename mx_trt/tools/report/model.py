@@ -1,6 +1,6 @@
 """The partition report's model: what goes to engines, what stays native and why.
 
-:func:`build_report` summarises a :class:`mx_trt.bind.Plan` as a
+:func:`build_report` summarises a :class:`mx_trt.pipeline.plan.Plan` as a
 :class:`PartitionReport` (subgraphs with their boundaries, op counts and
 estimated multiply-adds; every native operator with its reason). Pure
 functions over the plan's IR: no MXNet, ONNX or engine calls.
@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from passes.cost import graph_macs
-from passes.ir import Entry, Graph
+from mx_trt.passes.cost import graph_macs
+from mx_trt.passes.ir import Entry, Graph
 
 Shape = Tuple[int, ...]
 
@@ -128,7 +128,7 @@ def boundaries(
 ) -> List[Tuple[List[Entry], List[Entry]]]:
     """Boundary inputs and outputs of every group in one pass. O(V + E).
 
-    Same sets and order as :func:`passes.fuse.boundary` (inputs by first use,
+    Same sets and order as :func:`mx_trt.passes.fuse.boundary` (inputs by first use,
     outputs sorted), computed for all groups at once so that graphs with
     thousands of subgraphs stay linear.
     """
@@ -162,11 +162,11 @@ def build_report(
     """Summarise a plan.
 
     Args:
-        plan: A :class:`mx_trt.bind.Plan` (``graph``, ``weights``, ``partition``).
+        plan: A :class:`mx_trt.pipeline.plan.Plan` (``graph``, ``weights``, ``partition``).
         model: Label of the model.
         backend: Backend name.
         failures: Subgraph name -> why its engine was not built
-            (:attr:`mx_trt.bind.BindInfo.native_failures`); such subgraphs count as native.
+            (:attr:`mx_trt.pipeline.bind.BindInfo.native_failures`); such subgraphs count as native.
 
     Returns:
         The report. Complexity: O(V + E).

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .model import PartitionReport
-from .svg import FONT, NATIVE_FILL, esc, render_svg, subgraph_colors
-from .text import format_count, report_to_json
+from mx_trt.tools.report.model import PartitionReport
+from mx_trt.tools.report.svg import FONT, NATIVE_FILL, esc, render_svg, subgraph_colors
+from mx_trt.tools.report.text import format_count, report_to_json
 
 
 def render_html(report: PartitionReport, plan: Any, collapse: Optional[bool] = None) -> str:

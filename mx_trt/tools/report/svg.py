@@ -12,10 +12,10 @@ import html
 import math
 from typing import Any, List, Optional, Set, Tuple
 
-from .layout import LINE_H, PAD_Y, layout
-from .model import PartitionReport
-from .text import clip, share
-from .units import MAX_OUTPUT_BOXES, Unit, build_units
+from mx_trt.tools.report.layout import LINE_H, PAD_Y, layout
+from mx_trt.tools.report.model import PartitionReport
+from mx_trt.tools.report.text import clip, share
+from mx_trt.tools.report.units import MAX_OUTPUT_BOXES, Unit, build_units
 
 #: Operator count from which :func:`render_svg` contracts each subgraph into one box.
 COLLAPSE_THRESHOLD = 1000

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from .model import PartitionReport, TensorRef
+from mx_trt.tools.report.model import PartitionReport, TensorRef
 
 
 def format_count(x: float) -> str:

@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from passes.ir import Entry, Graph
+from mx_trt.passes.ir import Entry, Graph
 
-from .model import PartitionReport, entry_label
-from .text import clip, format_count, shape_text
+from mx_trt.tools.report.model import PartitionReport, entry_label
+from mx_trt.tools.report.text import clip, format_count, shape_text
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,371 @@
+"""Save an accelerated model to a folder and bind it again later without building any engine.
+
+:func:`export_model` binds with the pass into a plan cache private to the
+folder, then writes beside it the optimized symbol (fused nodes plus native
+nodes), the parameters the native nodes still need, and a manifest naming the
+cache entry of every fused node. :func:`load` reads them back, loads each
+engine with its backend (integrity checked by the cache), and binds the
+optimized symbol natively: no export, no engine build.
+
+Folder layout::
+
+    OUTDIR/mx_trt.json           manifest: format, backend and version, device, input shapes, engines
+    OUTDIR/model-symbol.json     optimized symbol; fused nodes name their subgraph
+    OUTDIR/model-0000.params     remaining weights (arg:/aux:), as mx.model.save_checkpoint writes
+    OUTDIR/engines/              plan cache holding one verified entry per fused node
+
+Engines are specific to the backend version and the device they were built
+for (the manifest records both); :func:`load` refuses another backend and
+reports the device or version difference when loading fails.
+
+:func:`load` treats the folder as read-only: it writes, renames and removes
+nothing there (no lock or temporary file either), opens only the file names
+the layout above fixes (a manifest naming a path elsewhere is damaged), checks
+every engine's size and sha256 first, and reports every problem as an
+:class:`~mx_trt.errors.ExportError` naming the file, a
+:class:`~mx_trt.errors.BackendUnavailableError` or a
+:class:`~mx_trt.errors.ShapeError`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from mx_trt.build import engines
+from mx_trt._version import __version__
+from mx_trt.build.backends import BACKENDS, BuildOptions, select_backend
+from mx_trt.pipeline.bind import bind
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.cache import ENV_DIR, ENV_MAX_MB, EngineCache
+from mx_trt.cache.fs import remove_tree
+from mx_trt.build.engines import stored_engine_problem
+from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, register_engine
+from mx_trt.frontends.hook import disabled, original_simple_bind
+from mx_trt.settings import Settings, env_override
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FORMAT_VERSION", "LoadedModel", "export_model", "load"]
+
+FORMAT_VERSION = 1
+MANIFEST = "mx_trt.json"
+SYMBOL_FILE = "model-symbol.json"
+PARAMS_FILE = "model-0000.params"
+ENGINES_DIR = "engines"
+
+
+@dataclass
+class LoadedModel:
+    """What :func:`load` keeps on the executor (``executor._mx_trt_loaded``).
+
+    Attributes:
+        directory: The folder loaded.
+        manifest: Its manifest.
+        engines: The fused engines (the executor's fused nodes run them; this
+            reference keeps them alive as long as the executor).
+        symbol: The optimized symbol that was bound.
+    """
+
+    directory: str
+    manifest: Dict[str, Any]
+    engines: List[Any] = field(default_factory=list)
+    symbol: Any = None
+
+
+def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
+    """Replace the ``mx_trt_engine`` attribute of every fused node by ``mapping[value]``.
+
+    Raises:
+        ExportError: the JSON is not a symbol, or a fused node names an engine missing from ``mapping``.
+    """
+    try:
+        doc = json.loads(sym_json)
+        nodes = doc["nodes"]
+        if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+            raise TypeError("'nodes' is not a list of objects")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"the symbol is not an MXNet symbol JSON ({type(exc).__name__}: {exc})") from None
+    for node in nodes:
+        attrs = node.get("attrs") or {}
+        if node.get("op") == "Custom" and isinstance(attrs, dict) and attrs.get("op_type") == OP_TYPE:
+            value = str(attrs.get(ENGINE_ATTR))
+            if value not in mapping:
+                raise ExportError(f"fused node {node.get('name')!r} names engine {value!r}, which is not in the export")
+            attrs[ENGINE_ATTR] = mapping[value]
+    return json.dumps(doc)
+
+
+def export_model(
+    sym: Any,
+    ctx: Any,
+    params: Mapping[str, Any],
+    shapes: Mapping[str, Tuple[int, ...]],
+    outdir: str,
+    settings: Any = None,
+    backend: Any = None,
+    overwrite: bool = False,
+) -> Dict[str, Any]:
+    """Bind ``sym`` with the pass and write the result to ``outdir`` (see the module docstring).
+
+    Args:
+        sym: The symbol.
+        ctx: The context the engines are for.
+        params: Merged ``arg_params`` and ``aux_params``.
+        shapes: Data input shapes.
+        outdir: Target folder (created; must be empty unless ``overwrite``).
+        settings: Bind settings (default: :meth:`Settings.from_env`).
+        backend: Engine backend (default: the context's).
+        overwrite: Replace an existing export in ``outdir``.
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        ExportError: ``outdir`` holds something else or cannot be written, or
+            an engine could not be stored (its backend cannot serialize engines).
+    """
+    import mxnet as mx
+
+    settings = settings or Settings.from_env()
+    backend = backend or select_backend(ctx.device_type, settings.backend)
+    outdir = os.path.abspath(outdir)
+    if os.path.isdir(outdir) and os.listdir(outdir):
+        if not overwrite:
+            raise ExportError(f"{outdir} is not empty (overwrite it with --force)")
+        if not os.path.isfile(os.path.join(outdir, MANIFEST)):
+            raise ExportError(f"{outdir} is not empty and is not an mx_trt export: not overwriting it")
+        shutil.rmtree(outdir)
+    cache_dir = os.path.join(outdir, ENGINES_DIR)
+    cache = EngineCache(cache_dir, max_bytes=0)
+    problem = cache.probe()  # creates the folders; the bind would only warn and build in memory
+    if problem is not None:
+        raise ExportError(f"cannot write the export to {outdir}: {problem}")
+    # Engines kept in memory by earlier binds carry no stored artifacts: forget
+    # them so that every subgraph is built into (and stored in) the private cache.
+    engines.clear_pool()
+    try:
+        with env_override({ENV_DIR: cache_dir, ENV_MAX_MB: "0"}):
+            exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=settings, backend=backend,
+                                         ctx=ctx, native_bind=original_simple_bind()))
+    finally:
+        engines.clear_pool()
+    for scratch in ("locks", "tmp", "files"):  # the cache's working folders: not part of an export
+        remove_tree(os.path.join(cache_dir, scratch))
+    by_subgraph: Dict[str, Any] = {}
+    for entry in sorted(cache.entries(), key=lambda e: e.last_used):
+        by_subgraph[str(entry.meta.get("subgraph"))] = entry
+    records = []
+    mapping: Dict[str, str] = {}
+    for fused in info.engines:
+        found = by_subgraph.get(fused.name)
+        if found is None:
+            raise ExportError(f"the engine of {fused.name} was not stored in {cache_dir}: the {backend.name} backend "
+                              "cannot serialize it, or writing failed (see the warnings above)")
+        mapping[fused.key] = fused.name
+        records.append({"subgraph": fused.name, "key": found.key, "input_names": list(fused.input_names),
+                        "output_names": list(fused.output_names)})
+    new_args = set(info.symbol.list_arguments()) - set(shapes)
+    new_aux = set(info.symbol.list_auxiliary_states())
+    saved = {}
+    for name, value in params.items():
+        arr = value if isinstance(value, mx.nd.NDArray) else mx.nd.array(value)
+        if name in new_args:
+            saved[f"arg:{name}"] = arr
+        elif name in new_aux:
+            saved[f"aux:{name}"] = arr
+    try:
+        with open(os.path.join(outdir, SYMBOL_FILE), "w", encoding="utf-8") as f:
+            f.write(_rewrite_engine_attrs(info.symbol.tojson(), mapping))
+        mx.nd.save(os.path.join(outdir, PARAMS_FILE), saved)
+    except (OSError, mx.base.MXNetError) as exc:
+        raise ExportError(f"cannot write the export to {outdir}: {exc}") from exc
+    device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
+    manifest = {
+        "format": FORMAT_VERSION,
+        "mx_trt": __version__,
+        "backend": backend.name,
+        "backend_version": backend.version(),
+        "device_type": ctx.device_type,
+        "device": backend.device_signature(device_id),
+        "fp16": bool(settings.fp16),
+        "inputs": {k: list(v) for k, v in shapes.items()},
+        "symbol": SYMBOL_FILE,
+        "params": PARAMS_FILE,
+        "engines_dir": ENGINES_DIR,
+        "engines": records,
+        "native_failures": dict(info.native_failures),
+    }
+    try:
+        with open(os.path.join(outdir, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2)
+    except OSError as exc:
+        raise ExportError(f"cannot write the export to {outdir}: {exc}") from exc
+    logger.info("exported %d engine(s) and %d params to %s", len(records), len(saved), outdir)
+    del exe
+    return manifest
+
+
+def _plain_name(value: Any) -> bool:
+    """A single path component that stays inside the export folder."""
+    return (isinstance(value, str) and bool(value) and "/" not in value and "\0" not in value
+            and value not in (".", "..") and not value.startswith("."))
+
+
+def _manifest_problem(manifest: Any) -> Optional[str]:
+    """What makes a parsed manifest unusable, or ``None``."""
+    if not isinstance(manifest, dict):
+        return "it is not a JSON object"
+    for k in ("backend", "device_type"):
+        if not isinstance(manifest.get(k), str):
+            return f"{k!r} is missing or not a string"
+    for k in ("symbol", "params", "engines_dir"):
+        if k in manifest and not _plain_name(manifest[k]):
+            return f"{k!r} is {manifest[k]!r}; expected a file name inside the export"
+    inputs = manifest.get("inputs")
+    if not isinstance(inputs, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(type(d) is int and d >= 0 for d in v)
+            for k, v in inputs.items()):
+        return "'inputs' is not a map of input names to shapes"
+    recs = manifest.get("engines")
+    if not isinstance(recs, list):
+        return "'engines' is not a list"
+    for i, rec in enumerate(recs):
+        ok = (isinstance(rec, dict) and isinstance(rec.get("subgraph"), str) and isinstance(rec.get("key"), str)
+              and all(isinstance(rec.get(k), list) and all(isinstance(n, str) for n in rec[k])
+                      for k in ("input_names", "output_names")))
+        if not ok:
+            return f"engine record {i} lacks a subgraph, key, input_names or output_names"
+    return None
+
+
+def read_manifest(directory: str) -> Dict[str, Any]:
+    """The manifest of an export, checked.
+
+    Raises:
+        ExportError: missing, unreadable, malformed or of another format version.
+    """
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise ExportError(f"{directory} is not an mx_trt export: no {MANIFEST}") from None
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read {path}: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+        fmt = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ExportError(f"{path} has format {fmt!r}; this mx_trt reads format {FORMAT_VERSION}")
+    problem = _manifest_problem(manifest)
+    if problem is not None:
+        raise ExportError(f"{path} is damaged: {problem}")
+    return dict(manifest)
+
+
+def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Any:
+    """Bind an export made by :func:`export_model` (``mxtrt export``) without building engines (``mx_trt.load``).
+
+    The folder is only read (see the module docstring).
+
+    Args:
+        directory: The export folder.
+        ctx: The context (default ``mx.cpu()``); must be of the exported device type.
+        shapes: Data input shapes; default the exported ones. Static engines
+            accept only those; dynamic ones any batch inside their profiles.
+
+    Returns:
+        A bound executor (``grad_req='null'``), weights in place: set the data
+        inputs and call ``forward(is_train=False)``.
+
+    Raises:
+        ExportError: not an export, another device type, a missing, damaged or
+            unreadable file (named in the message), or an engine the backend
+            cannot load here.
+        BackendUnavailableError: the export's backend is missing here.
+        ShapeError: ``shapes`` do not fit the engines.
+    """
+    import mxnet as mx
+
+    directory = os.path.abspath(directory)
+    manifest = read_manifest(directory)
+    ctx = ctx or mx.cpu()
+    if ctx.device_type != manifest["device_type"]:
+        raise ExportError(f"{directory} holds {manifest['device_type']} engines; it cannot be bound on {ctx}")
+    cls = BACKENDS.get(manifest["backend"])
+    if cls is None:
+        raise BackendUnavailableError(f"{directory} needs the {manifest['backend']} backend, which this build lacks")
+    reason = cls.unavailable_reason()
+    if reason:
+        raise BackendUnavailableError(f"{directory} needs the {manifest['backend']} backend: {reason}")
+    backend = cls()
+    device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
+    here = (backend.version(), backend.device_signature(device_id))
+    then = (manifest.get("backend_version"), manifest.get("device"))
+    hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
+    cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0,
+                        read_only=True)
+    fused_engines = []
+    mapping: Dict[str, str] = {}
+    for rec in manifest["engines"]:
+        name = rec["subgraph"]
+        try:
+            entry = cache.inspect(rec["key"])
+        except CacheError as exc:
+            raise ExportError(f"{directory}: the engine of {name} is missing or corrupt: {exc}; export the model "
+                              "again") from None
+        if entry is None:
+            raise ExportError(f"{directory}: the engine of {name} is missing or corrupt: no cache entry {rec['key']} "
+                              f"in {cache.directory}; export the model again")
+        problem = stored_engine_problem(entry)
+        if problem is not None:
+            raise ExportError(f"{directory}: the engine of {name} in {entry.directory} is missing or corrupt: "
+                              f"{problem}")
+        try:
+            engine = backend.load(entry.meta["engine"], entry.directory,
+                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name))
+        except Exception as exc:  # the backend's own errors, or metadata it cannot read
+            raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \
+                from exc
+        fused = register_engine(name, engine, rec["input_names"], rec["output_names"])
+        fused.source = "export"
+        fused_engines.append(fused)
+        mapping[name] = fused.key
+    sym_path = os.path.join(directory, manifest.get("symbol", SYMBOL_FILE))
+    params_path = os.path.join(directory, manifest.get("params", PARAMS_FILE))
+    try:
+        with open(sym_path, encoding="utf-8") as f:
+            sym = mx.sym.load_json(_rewrite_engine_attrs(f.read(), mapping))
+    except (OSError, ValueError, mx.base.MXNetError, ExportError) as exc:
+        raise ExportError(f"cannot read the symbol {sym_path}: {exc}") from None
+    try:
+        saved = mx.nd.load(params_path)
+    except (OSError, mx.base.MXNetError) as exc:
+        raise ExportError(f"cannot read the parameters {params_path}: {exc}") from None
+    if not isinstance(saved, dict):  # an empty dict is saved as an empty list
+        saved = {}
+    args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+    aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+    try:
+        bind_shapes = {str(k): tuple(int(d) for d in v) for k, v in (shapes or manifest["inputs"]).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ShapeError(f"shapes must map input names to tuples of ints: {exc}") from None
+    unknown = sorted(set(bind_shapes) - set(manifest["inputs"]))
+    if unknown:
+        raise ShapeError(f"{unknown} are not inputs of the export (inputs: {sorted(manifest['inputs'])})")
+    try:
+        with disabled():
+            exe = sym.simple_bind(ctx, grad_req="null", shared_buffer=dict(args), **bind_shapes)
+        exe.copy_params_from(args, aux, allow_extra_params=True)
+    except (mx.base.MXNetError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if shapes:
+            raise ShapeError(f"{directory}: cannot bind with shapes {bind_shapes}: {first}") from None
+        raise ExportError(f"{directory}: the symbol and parameters do not bind ({first}); export the model again") \
+            from None
+    exe._mx_trt_loaded = LoadedModel(directory, manifest, fused_engines, sym)
+    logger.info("loaded %s: %d engine(s), no build", directory, len(fused_engines))
+    return exe

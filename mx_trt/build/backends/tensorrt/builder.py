@@ -1,0 +1,292 @@
+"""Building a TensorRT plan from an exported ONNX subgraph; one builder for both flavours.
+
+::
+
+    ONNX bytes (or a file, for external weights) -> OnnxParser -> strongly typed
+    network -> interface checks -> builder config (workspace cap, profiles,
+    timing cache, progress) -> build_serialized_network -> plan bytes + description
+
+Failures name the ONNX node and the MXNet node they come from
+(:mod:`.diagnostics`). The flavour decides what differs (:mod:`.flavours`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from mx_trt.cache.locking import make_work_dir
+from mx_trt.errors import EngineBuildError, MxTrtError
+from mx_trt.export.subgraph import save_model
+from mx_trt.build.backends.base import BuildOptions, Shape
+from mx_trt.build.backends.tensorrt import cuda
+from mx_trt.build.backends.tensorrt.caches import load_timing_cache, save_timing_cache
+from mx_trt.build.backends.tensorrt.diagnostics import mentioned_mx_nodes, parser_error_messages
+from mx_trt.build.backends.tensorrt.engine import TrtEngine
+from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
+from mx_trt.build.backends.tensorrt.logs import logger_for
+from mx_trt.build.backends.tensorrt.meta import describe_engine, onnx_dims
+from mx_trt.build.backends.tensorrt.shapes import (
+    Profile,
+    dims_tuple,
+    fmt_shape,
+    make_profiles,
+    profiles_from_batch_ranges,
+)
+
+if TYPE_CHECKING:
+    import tensorrt as trt
+
+logger = logging.getLogger(__name__)
+
+
+def workspace_limit(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """Bytes for the WORKSPACE memory pool from ``MXNET_TENSORRT_WORKSPACE_MB``, or ``None`` (no cap).
+
+    Raises:
+        MxTrtError: the variable is not a positive whole number of MiB.
+    """
+    raw = (os.environ if env is None else env).get("MXNET_TENSORRT_WORKSPACE_MB", "").strip()
+    if not raw:
+        return None
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise MxTrtError(f"MXNET_TENSORRT_WORKSPACE_MB={raw!r}: expected a whole number of MiB") from None
+    if mb <= 0:
+        raise MxTrtError(f"MXNET_TENSORRT_WORKSPACE_MB={raw!r}: must be > 0 (unset it for no limit)")
+    return mb << 20
+
+
+_monitor_classes: Dict[str, Any] = {}
+
+
+def progress_monitor(mod: Any, callback: Callable[[str, int, int], Any], subgraph: str) -> Any:
+    """An ``IProgressMonitor`` forwarding to ``callback(phase, steps_done, total)``, or ``None`` if the module has none.
+
+    ``phase_start`` reports ``(phase, 0, total)``, each ``step_complete`` the steps
+    done so far, ``phase_finish`` ``(phase, total, total)``. The callback returning
+    ``False`` cancels the build; its exceptions are logged, never raised into TensorRT.
+    """
+    if not hasattr(mod, "IProgressMonitor"):
+        logger.debug("%s has no IProgressMonitor: no build progress for %s", mod.__name__, subgraph)
+        return None
+    cls = _monitor_classes.get(mod.__name__)
+    if cls is None:
+
+        class _Forward(mod.IProgressMonitor):
+            def __init__(self, fn: Callable[[str, int, int], Any], name: str) -> None:
+                mod.IProgressMonitor.__init__(self)
+                self._fn = fn
+                self._name = name
+                self._totals: Dict[str, int] = {}
+
+            def _emit(self, phase: str, step: int, total: int) -> bool:
+                try:
+                    return self._fn(phase, step, total) is not False
+                except Exception:  # a drawing bug must not abort or crash the build
+                    logger.exception("%s: progress callback failed", self._name)
+                    return True
+
+            def phase_start(self, phase_name: str, parent_phase: Optional[str], num_steps: int) -> None:
+                self._totals[phase_name] = int(num_steps)
+                self._emit(phase_name, 0, int(num_steps))
+
+            def step_complete(self, phase_name: str, step: int) -> bool:
+                return self._emit(phase_name, int(step) + 1, self._totals.get(phase_name, 0))
+
+            def phase_finish(self, phase_name: str) -> None:
+                total = self._totals.pop(phase_name, 0)
+                self._emit(phase_name, total, total)
+
+        cls = _monitor_classes[mod.__name__] = _Forward
+    return cls(callback, subgraph)
+
+
+def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) -> TrtEngine:
+    """Parse the exported ONNX model and build a serialized engine.
+
+    Args:
+        backend: The backend class (its module, label and flavour).
+        exported: The exported subgraph (``model``, ``input_names``,
+            ``output_names``, ``origin``, ``external``...).
+        options: ``name``, ``fp16``, ``device_id`` and the ``extra`` keys of
+            :mod:`mx_trt.build.backends.tensorrt`.
+
+    Raises:
+        EngineBuildError: parse or build failed (each parser error names its
+            ONNX node and MXNet node), or the options are inconsistent.
+        BackendUnavailableError: the module is not installed.
+    """
+    mod = backend.module()
+    flavour = flavour_of(backend.rtx)
+    name = options.name
+    extra = options.extra
+    try:
+        specialization = flavour.build_specialization(extra)
+        ws = workspace_limit()
+    except MxTrtError as exc:
+        raise EngineBuildError(f"{name}: {exc}") from exc
+    if options.device_id >= 0 and cuda.unavailable_reason() is None:
+        cuda.set_device(options.device_id)
+    log = logger_for(mod)
+    t0 = time.perf_counter()
+    builder: trt.Builder = mod.Builder(log)
+    strongly_typed = hasattr(mod.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+    if not strongly_typed and flavour.requires_strongly_typed:
+        raise EngineBuildError(f"{name}: this {backend.label} has no strongly typed networks, which it requires")
+    flags = 1 << int(mod.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
+    network: trt.INetworkDefinition = builder.create_network(flags)
+    _parse(mod, network, log, exported, options, backend.label)
+    in_dims, dim_names = _interface(exported, network, name, backend.label)
+
+    dynamic = any(any(x < 0 for x in d) for d in in_dims.values())
+    given = extra.get("profiles")
+    if not given and extra.get("batch_ranges") and dynamic:
+        # Batch ranges apply to a batch-dynamic export; a static one keeps its shapes.
+        given = profiles_from_batch_ranges(in_dims, extra["batch_ranges"], name)
+    profiles = make_profiles(in_dims, given, name, dim_names)
+
+    config = _config(mod, builder, options, profiles if dynamic else [], strongly_typed, ws, backend.label)
+    cache_path = extra.get("timing_cache_path")
+    if cache_path:
+        load_timing_cache(config, log, str(cache_path), name, flavour.timing_cache_level)
+    plan = _serialize(builder, network, config, log, exported, name, backend.label)
+    if cache_path:
+        save_timing_cache(config, str(cache_path), name)
+    logger.info("%s: %s engine built in %.2f s (%d bytes, %d profile(s))", name, backend.label,
+                time.perf_counter() - t0, len(plan), len(profiles) if dynamic else 0)
+    meta = describe_engine(backend, exported, options, in_dims, profiles, plan, strongly_typed, specialization)
+    return TrtEngine(backend, plan, meta, options)
+
+
+def _parse(mod: Any, network: "trt.INetworkDefinition", log: Any, exported: Any, options: BuildOptions,
+           label: str) -> None:
+    """Fill ``network`` from the ONNX model, from memory or, with external weights, from a file.
+
+    Past protobuf's 2 GB the weights live in a file beside the model, which the
+    parser resolves relative to the model's path: both go to a work directory
+    under ``extra['work_dir']`` (the plan cache's ``tmp/``) or named by pid in
+    the system temporary folder (swept once this process is gone), removed after.
+
+    Raises:
+        EngineBuildError: the parser rejected the model (every error, naming its nodes).
+    """
+    name = options.name
+    parser: trt.OnnxParser = mod.OnnxParser(network, log)
+    with log.capture() as cap:
+        if exported.external:
+            work = make_work_dir("mx_trt_trt_", options.extra.get("work_dir"))
+            try:
+                ok = bool(parser.parse_from_file(save_model(exported, os.path.join(work, f"{name}.onnx"))))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        else:
+            ok = bool(parser.parse(exported.model.SerializeToString()))
+    if not ok:
+        errors = parser_error_messages(parser, exported) or [f"model: {line}" for line in cap.errors()] or ["no error reported"]
+        for e in errors:
+            logger.error("%s: %s ONNX parser: %s", name, label, e)
+        raise EngineBuildError(f"{name}: {label}'s ONNX parser rejected the subgraph ({len(errors)} error(s)):\n  "
+                               + "\n  ".join(errors))
+
+
+def _interface(exported: Any, network: "trt.INetworkDefinition", name: str,
+               label: str) -> Tuple[Dict[str, Shape], Dict[str, List[Optional[str]]]]:
+    """The parsed network's input dimensions and ONNX dimension names, after checking its interface.
+
+    Raises:
+        EngineBuildError: a tensor of the subgraph's interface is missing, an
+            input has no rank, or an output shape differs from the declared one
+            (naming the ONNX and MXNet node that produce it).
+    """
+    model = exported.model
+    onnx_in = {vi.name: vi for vi in model.graph.input}
+    onnx_out = {vi.name: vi for vi in model.graph.output}
+    net_in = {network.get_input(i).name: network.get_input(i) for i in range(network.num_inputs)}
+    net_out = {network.get_output(i).name: network.get_output(i) for i in range(network.num_outputs)}
+    missing = [n for n in exported.input_names if n not in net_in] + [n for n in exported.output_names if n not in net_out]
+    if missing:
+        raise EngineBuildError(f"{name}: the parsed network lacks tensors {missing} of the subgraph's interface "
+                               f"(network inputs {sorted(net_in)}, outputs {sorted(net_out)})")
+    in_dims: Dict[str, Shape] = {}
+    for n in exported.input_names:
+        d = dims_tuple(net_in[n].shape)
+        if d is None:
+            raise EngineBuildError(f"{name}: input {n!r} has no rank in the parsed network")
+        in_dims[n] = d
+    producers = {o: node.name for node in model.graph.node for o in node.output}
+    for n in exported.output_names:
+        got = dims_tuple(net_out[n].shape)
+        declared = onnx_dims(onnx_out[n])
+        if got is None or len(got) != len(declared):
+            bad = True
+        else:
+            bad = any(isinstance(w, int) and g >= 0 and g != w for g, w in zip(got, declared))
+        if bad:
+            onnx_node = producers.get(n, "")
+            mx_node = exported.origin.get(onnx_node, "?")
+            raise EngineBuildError(
+                f"{name}: output {n!r} (ONNX node {onnx_node!r} from MXNet node {mx_node!r}) is declared "
+                f"{tuple('?' if not isinstance(w, int) else w for w in declared)} by the exporter but {label} "
+                f"computes {fmt_shape(got) if got is not None else 'no shape'}"
+            )
+    dim_names = {n: [x if isinstance(x, str) else None for x in onnx_dims(onnx_in[n])] for n in exported.input_names}
+    return in_dims, dim_names
+
+
+def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: List[Profile], strongly_typed: bool,
+            ws: Optional[int], label: str) -> "trt.IBuilderConfig":
+    """The builder config: workspace cap, fp16 (weakly typed networks only), profiles, progress monitor.
+
+    Raises:
+        EngineBuildError: TensorRT rejected an optimization profile.
+    """
+    name = options.name
+    config: trt.IBuilderConfig = builder.create_builder_config()
+    if ws is not None:
+        config.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, ws)
+    if options.fp16 and not strongly_typed:
+        config.set_flag(mod.BuilderFlag.FP16)
+    elif options.fp16:
+        logger.debug("%s: strongly typed network: precision comes from the exported graph's types", name)
+    for k, prof in enumerate(profiles):
+        p: trt.IOptimizationProfile = builder.create_optimization_profile()
+        for n, (lo, opt, hi) in prof.items():
+            p.set_shape(n, mod.Dims(list(lo)), mod.Dims(list(opt)), mod.Dims(list(hi)))
+        if config.add_optimization_profile(p) < 0:
+            raise EngineBuildError(f"{name}: {label} rejected optimization profile {k}: {prof}")
+    progress = options.extra.get("progress")
+    monitor = progress_monitor(mod, progress, name) if callable(progress) else None
+    if monitor is not None:
+        config.progress_monitor = monitor
+    return config
+
+
+def _serialize(builder: "trt.Builder", network: "trt.INetworkDefinition", config: "trt.IBuilderConfig", log: Any,
+               exported: Any, name: str, label: str) -> bytes:
+    """The plan bytes.
+
+    Raises:
+        EngineBuildError: the build failed (TensorRT's errors, and the MXNet
+            nodes its log names).
+    """
+    with log.capture() as cap, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            host: Optional[trt.IHostMemory] = builder.build_serialized_network(network, config)
+        except Exception as exc:
+            cap.lines.append(f"[E] {type(exc).__name__}: {exc}")
+            host = None
+    if host is None:
+        lines = cap.errors() or cap.lines or ["no message"]
+        nodes = mentioned_mx_nodes(cap.lines, exported.origin)
+        for line in lines:
+            logger.error("%s: %s build: %s", name, label, line)
+        raise EngineBuildError(f"{name}: {label} could not build the engine"
+                               + (f" (MXNet nodes named in the log: {', '.join(nodes)})" if nodes else "")
+                               + ":\n  " + "\n  ".join(lines))
+    return bytes(host)

@@ -1,0 +1,314 @@
+"""Getting an engine for a subgraph: reuse one in this process, load one from the plan cache, or build one.
+
+The cache key is a sha256 over everything an engine depends on: the canonical
+subgraph (node names, ops, attributes, wiring), the shapes and dtypes at its
+boundary, the sha256 of every weight baked into it, the precision, the batch
+profiles, the backend and its version, the device (compute capability, or CPU
+model for ONNX Runtime's optimized models), and a fingerprint of mx_trt's own
+converter, export and backend code. A changed weight, shape, precision, library or device never reuses
+a stale engine.
+
+Lookup order for one subgraph:
+
+1. this process's pool: an engine for the same subgraph whose batch profile
+   covers the bound batch (a rebind within ``MXNET_TENSORRT_MAX_BATCH_SIZE``
+   builds nothing);
+2. the plan cache on disk (``MXNET_TENSORRT_CACHE_DIR``), under a per-key file
+   lock so that processes binding the same model at once build it once;
+3. export and build (temporary files under the cache's ``tmp/``), then store in both.
+
+A cache that cannot be used costs one warning, never an engine; a stored
+engine that cannot be loaded is removed and rebuilt.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from mx_trt.passes.ir import Entry, Graph
+
+from mx_trt._version import __version__
+from mx_trt.build.backends.base import Backend, BatchRange, BuildOptions, Engine
+from mx_trt.cache import make_key, sweep_orphans
+from mx_trt.errors import CacheError, EngineBuildError
+from mx_trt.export.subgraph import ExportedSubgraph, entry_name
+
+logger = logging.getLogger(__name__)
+
+KEY_FORMAT = 1
+
+
+@functools.lru_cache(maxsize=1)
+def converter_fingerprint() -> str:
+    """sha256 of the code that decides what an exported subgraph and its engine look like."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = [os.path.join(package, "build", "profiles.py")]
+    for sub in (("export",), ("build", "backends")):
+        top = os.path.join(package, *sub)
+        for root, dirs, names in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            files += sorted(os.path.join(root, f) for f in names if f.endswith(".py"))
+    h = hashlib.sha256(__version__.encode())
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+@dataclass
+class SubgraphJob:
+    """What is needed to get an engine for one subgraph.
+
+    Attributes:
+        name: Subgraph name.
+        graph: The whole graph (bound shapes).
+        nodes: The subgraph's operator nodes.
+        inputs / outputs: Boundary entries.
+        weight_digests: sha256 per weight name consumed inside.
+        fp16: Precision.
+        batch_ranges: Requested batch profiles, empty for static.
+        export: Callable producing the exported subgraph (bound shapes, batch
+            dimension symbolic when ``batch_ranges`` and the export allows it).
+    """
+
+    name: str
+    graph: Graph
+    nodes: Sequence[int]
+    inputs: Sequence[Entry]
+    outputs: Sequence[Entry]
+    weight_digests: Mapping[str, str]
+    fp16: bool
+    batch_ranges: Sequence[BatchRange]
+    export: Callable[[], ExportedSubgraph]
+
+    def canonical(self, batch_symbolic: bool) -> Dict[str, Any]:
+        g = self.graph
+        members = set(self.nodes)
+        local = {nid: i for i, nid in enumerate(sorted(members))}
+        ins = {e: k for k, e in enumerate(self.inputs)}
+
+        def ref(e: Entry) -> Any:
+            if e.node in local:
+                return ["n", local[e.node], e.index]
+            if e in ins:
+                return ["in", ins[e]]
+            return ["w", g.nodes[e.node].name, self.weight_digests.get(g.nodes[e.node].name, "")]
+
+        def shape(e: Entry) -> List[Any]:
+            s: List[Any] = list(g.shapes[e])
+            if batch_symbolic and s:
+                s[0] = "batch"
+            return s
+
+        return {
+            "nodes": [[g.nodes[n].name, g.nodes[n].op, sorted(g.nodes[n].attrs.items()), [ref(e) for e in g.nodes[n].inputs]]
+                      for n in sorted(members)],
+            "inputs": [[entry_name(g, e), shape(e), g.dtypes.get(e, "float32")] for e in self.inputs],
+            "outputs": [[entry_name(g, e), shape(e), g.dtypes.get(e, "float32")] for e in self.outputs],
+        }
+
+
+def stored_engine_problem(entry: Any) -> Optional[str]:
+    """Why a verified cache entry cannot hold a stored engine, or ``None``.
+
+    Its metadata must have an ``engine`` dict, and every value it names a file
+    with (keys ``file`` and ``*_file``) must be one of the entry's own checked
+    files: a backend never opens a path taken from metadata.
+    """
+    engine = entry.meta.get("engine")
+    if not isinstance(engine, dict) or not engine:
+        return "its metadata has no engine description"
+    for k, v in engine.items():
+        if k == "file" or k.endswith("_file"):
+            if not isinstance(v, str) or v not in entry.files:
+                return f"its metadata names {k}={v!r}, which is not one of its files {sorted(entry.files)}"
+    return None
+
+
+_orphans_swept = False
+
+
+def _sweep_orphans_once() -> None:
+    """Remove, once per process, work folders that dead processes left in the system temporary folder."""
+    global _orphans_swept
+    if not _orphans_swept:
+        _orphans_swept = True
+        sweep_orphans()
+
+
+_pool: Dict[str, "weakref.WeakSet[Engine]"] = {}
+_pool_lock = threading.Lock()
+
+
+def clear_pool() -> None:
+    """Forget the engines kept for reuse in this process (engines in use stay alive)."""
+    with _pool_lock:
+        _pool.clear()
+
+
+class EngineProvider:
+    """Finds or builds engines for one bind (backend, device, cache).
+
+    The plan cache is an optimization, never a condition: at the first lookup
+    :meth:`~mx_trt.cache.EngineCache.probe` checks it; an unusable one is
+    reported with one warning naming the folder and the reason, after which
+    engines are built in memory (a cache that can be read but not written
+    still serves the engines it holds).
+    """
+
+    def __init__(self, backend: Backend, device_id: int, cache: Any = None,
+                 progress: Optional[Callable[[str, int, int], None]] = None) -> None:
+        self.backend = backend
+        self.device_id = device_id
+        self.cache = cache
+        self.progress = progress
+        self.builds = 0
+        self.loads = 0
+        self.reuses = 0
+        self.stored = 0
+        self._cache_checked = False
+        _sweep_orphans_once()
+
+    def _usable_cache(self) -> Any:
+        """The cache after checking it once: itself, a read-only view of it, or ``None``."""
+        if self.cache is None or self._cache_checked:
+            return self.cache
+        self._cache_checked = True
+        problem = self.cache.probe()
+        if problem is None:
+            return self.cache
+        if self.cache.readable():
+            logger.warning("plan cache %s cannot be written (%s): engines stored there are used, new ones are built "
+                           "in memory and not stored", self.cache.directory, problem)
+            self.cache = self.cache.read_only_view()
+        else:
+            logger.warning("plan cache %s cannot be used (%s): engines are built in memory and not stored",
+                           self.cache.directory, problem)
+            self.cache = None
+        return self.cache
+
+    def _keys(self, job: SubgraphJob) -> Tuple[str, str]:
+        """(pool key, plan-cache key). The pool key leaves out the bound batch and the
+        profiles, so an engine whose profile covers a new bind is found; the plan-cache
+        key is exact."""
+        parts: Dict[str, Any] = {
+            "format": KEY_FORMAT,
+            "converters": converter_fingerprint(),
+            "subgraph": job.canonical(batch_symbolic=bool(job.batch_ranges)),
+            "precision": "fp16" if job.fp16 else "fp32",
+            "backend": self.backend.version(),
+            "device": self.backend.device_signature(self.device_id),
+        }
+        exact = dict(parts, bound=[list(job.graph.shapes[e]) for e in job.inputs],
+                     batch_ranges=[list(r) for r in job.batch_ranges])
+        return make_key(parts), make_key(exact)
+
+    def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
+        """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
+
+        Raises:
+            EngineBuildError, ConversionError, MissingWeightError: the build failed.
+        """
+        batch = job.graph.shapes[job.inputs[0]][0] if job.inputs and job.graph.shapes[job.inputs[0]] else None
+        pool_key, key = self._keys(job)
+        with _pool_lock:
+            for eng in list(_pool.get(pool_key, ())):
+                if batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
+                    self.reuses += 1
+                    logger.info("%s: reusing an engine built earlier in this process (profiles %s)", job.name,
+                                eng.batch_ranges or "static")
+                    return eng, "memory"
+        opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
+                            extra={"batch_ranges": list(job.batch_ranges)})
+        if self.progress is not None:
+            opts.extra["progress"] = self.progress
+        cache = self._usable_cache()
+        if cache is None:
+            eng = self._build(job, opts)
+            source = "built"
+        else:
+            with cache.lock(key):
+                eng, source = self._from_cache_or_build(cache, job, key, opts)
+        with _pool_lock:
+            _pool.setdefault(pool_key, weakref.WeakSet()).add(eng)
+        return eng, source
+
+    def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
+        if not cache.read_only:
+            # TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans.
+            tag = f"{self.backend.version()}-{self._device_tag()}"
+            try:
+                opts.extra["timing_cache_path"] = cache.path(f"timing/{tag}.cache")
+                opts.extra["runtime_cache_path"] = cache.path(f"runtime/{tag}.cache")
+            except CacheError as exc:
+                logger.debug("%s: no timing or runtime cache: %s", job.name, exc)
+        entry = cache.get(key)
+        if entry is not None:
+            eng = self._load_stored(cache, entry, job, opts)
+            if eng is not None:
+                return eng, "disk"
+        if cache.read_only:
+            return self._build(job, opts), "built"
+        try:
+            work = cache.work_dir()
+        except OSError as exc:
+            logger.warning("%s: cannot stage the engine in the plan cache %s (%s); built in memory, not stored",
+                           job.name, cache.directory, exc)
+            return self._build(job, opts), "built"
+        with work as work_path:
+            # The backend's temporary files go under the cache's tmp/: removed with
+            # this folder, or swept by the next process if this one dies meanwhile.
+            opts.extra["keep_artifacts"] = True
+            opts.extra["work_dir"] = work_path
+            eng = self._build(job, opts)
+            self._store(cache, eng, job, key, os.path.join(work_path, "engine"))
+        return eng, "built"
+
+    def _load_stored(self, cache: Any, entry: Any, job: SubgraphJob, opts: BuildOptions) -> Optional[Engine]:
+        """The engine of a verified entry, or ``None`` (warned; the entry is removed so a rebuild replaces it)."""
+        problem = stored_engine_problem(entry)
+        if problem is None:
+            try:
+                eng = self.backend.load(entry.meta["engine"], entry.directory, opts)
+            except EngineBuildError as exc:
+                problem = str(exc)
+            except Exception as exc:  # a malformed entry must cost a rebuild, never the bind
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                self.loads += 1
+                logger.info("%s: engine loaded from the plan cache (%s)", job.name, entry.key[:12])
+                return eng
+        action = "skipped" if cache.read_only else "removed"
+        logger.warning("%s: stored engine %s in %s cannot be used (%s); %s, rebuilding", job.name, entry.key[:12],
+                       entry.directory, problem, action)
+        cache.discard(entry.key)
+        return None
+
+    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> None:
+        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log."""
+        try:
+            os.mkdir(folder)
+            meta = eng.save(folder)
+            files = {f: os.path.join(folder, f) for f in os.listdir(folder)}
+            cache.put(key, {"engine": meta, "subgraph": job.name}, files, move=True)
+            self.stored += 1
+        except NotImplementedError as exc:
+            logger.debug("%s: engine not cached: %s", job.name, exc)
+        except CacheError:
+            pass  # put() has logged why; the engine is used without being stored
+        except OSError as exc:
+            logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
+
+    def _device_tag(self) -> str:
+        return hashlib.sha256(self.backend.device_signature(self.device_id).encode()).hexdigest()[:12]
+
+    def _build(self, job: SubgraphJob, opts: BuildOptions) -> Engine:
+        exported = job.export()
+        self.builds += 1
+        return self.backend.build(exported, opts)

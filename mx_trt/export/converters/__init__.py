@@ -1,0 +1,26 @@
+"""ONNX converters, one per MXNet operator, in a registry (see :mod:`.registry`).
+
+Importing this package imports every converter module, whose decorators fill
+the registry; :mod:`.registry` and :mod:`mx_trt.export.spec` import no converter. Callers
+ask the registry through this package (``from mx_trt.export.converters import check``)
+so that the table is complete whenever they use it.
+
+Modules:
+    (:class:`OpSpec`, what a validator sees of one node, lives in :mod:`mx_trt.export.spec`, a leaf shared with the backends.)
+    registry: the table of converters and validators, :func:`check` and :func:`lookup`.
+    common: emission and attribute helpers shared by the converter modules.
+    nn: convolution, deconvolution, normalisation, dense, activations, padding, clipping.
+    pooling: pooling and upsampling.
+    tensor: elementwise, broadcast arithmetic, scalar, unary math, matrix products, reductions.
+    shape: reshape family, slicing, splitting, joining, broadcasting, tiling.
+    indexing: shape, arange, gather/take/pick, one_hot, topk/sort, Sequence*.
+    vision: box coding, ROI pooling, resizing, anchors, NMS-like post-processing.
+    nlp: attention matmuls, the softmax family (with lengths), embeddings, layer norm.
+"""
+from __future__ import annotations
+
+from mx_trt.export.converters import indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401  (importing registers)
+from mx_trt.export.converters.registry import ConvContext, check, lookup, register, registered_ops
+from mx_trt.export.spec import OpSpec
+
+__all__ = ["ConvContext", "OpSpec", "check", "lookup", "register", "registered_ops"]

@@ -1,0 +1,311 @@
+"""Export a subgraph of the IR to an ONNX model with the converter registry.
+
+Weights become initializers, never graph inputs. Models whose initializers pass
+protobuf's 2 GB limit are written with ONNX external data by :func:`save_model`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from mx_trt.passes.ir import Entry, Graph
+
+from mx_trt.export.converters import ConvContext, OpSpec, lookup
+from mx_trt.errors import ConversionError, MissingWeightError, UnsupportedOpError
+from mx_trt.settings import env_int
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPSET = 17
+def external_data_threshold() -> int:
+    """Bytes of initializers above which a model is saved with external data.
+
+    ``MXNET_TENSORRT_EXTERNAL_DATA_BYTES``, default 1 GiB: well under protobuf's 2 GB.
+    """
+    return env_int("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", 1 << 30, 1)
+
+
+def entry_name(graph: Graph, e: Entry) -> str:
+    """The tensor name of an entry: a variable's own name, else ``<node>_output<k>``."""
+    node = graph.nodes[e.node]
+    if node.is_variable:
+        return node.name
+    return f"{node.name}_output{e.index}" if node.num_outputs > 1 else f"{node.name}_output"
+
+
+def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any], backend: str = "") -> OpSpec:
+    """Build the :class:`OpSpec` of node ``nid`` from the graph's inferred shapes/dtypes.
+
+    Args:
+        graph: The graph, with ``shapes`` and ``dtypes`` filled.
+        nid: An operator node.
+        const_vars: Names of variables whose values are known at bind time.
+        backend: The backend's name, for validators with a backend's own limit.
+    """
+    node = graph.nodes[nid]
+    outs = [Entry(nid, k) for k in range(node.num_outputs)]
+    const_idx = frozenset(
+        i for i, e in enumerate(node.inputs) if graph.nodes[e.node].is_variable and graph.nodes[e.node].name in const_vars
+    )
+    return OpSpec(
+        name=node.name,
+        op=node.op,
+        attrs=dict(node.attrs),
+        in_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in node.inputs),  # type: ignore[misc]
+        in_dtypes=tuple(graph.dtypes.get(e, "float32") for e in node.inputs),
+        out_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in outs),  # type: ignore[misc]
+        out_dtypes=tuple(graph.dtypes.get(e, "float32") for e in outs),
+        const_inputs=const_idx,
+        backend=backend,
+    )
+
+
+@dataclass
+class ExportedSubgraph:
+    """An ONNX model for one subgraph and how it maps back to MXNet.
+
+    Attributes:
+        model: The ONNX model (initializers inline).
+        input_names: ONNX input names, in the order of the fused node's inputs.
+        input_specs / output_specs: ``(name, bound shape, dtype)`` per input / output.
+        batch_dim: The symbolic name of dimension 0 of every input and output when
+            the model is batch-dynamic, else ``None``.
+        output_names: ONNX output names, in the order of the fused node's outputs.
+        origin: ONNX node name -> MXNet node name, for error messages.
+        weight_bytes: Bytes of initializers.
+        external: Initializers kept out of the protobuf (models past
+            :func:`external_data_threshold`), by name; the model refers to them
+            as ONNX external data in the file ``external_location`` beside it.
+            Write the model with :func:`save_model` before a backend reads it.
+    """
+
+    model: Any
+    input_names: List[str]
+    output_names: List[str]
+    origin: Dict[str, str] = field(default_factory=dict)
+    weight_bytes: int = 0
+    external: Dict[str, np.ndarray] = field(default_factory=dict)
+    external_location: str = ""
+    input_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
+    output_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
+    batch_dim: Optional[str] = None
+
+
+def _np_to_onnx_dtype(dtype: Any) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def export_subgraph(
+    graph: Graph,
+    node_ids: Sequence[int],
+    inputs: Sequence[Entry],
+    outputs: Sequence[Entry],
+    weights: Mapping[str, np.ndarray],
+    *,
+    name: str = "mx_trt_subgraph",
+    opset: int = DEFAULT_OPSET,
+    dynamic_batch: Optional[str] = None,
+) -> ExportedSubgraph:
+    """Convert the nodes ``node_ids`` of ``graph`` to one ONNX model.
+
+    Args:
+        graph: The whole graph with inferred shapes and dtypes.
+        node_ids: The subgraph's operator nodes (any order; emitted topologically).
+        inputs: Entries produced outside the subgraph and consumed inside, in the
+            fused node's input order. Weight variables are not among them.
+        outputs: Entries produced inside and used outside (or graph outputs).
+        weights: Bind-time values of weight variables, by name.
+        name: The ONNX graph name.
+        opset: ONNX opset.
+        dynamic_batch: If set, dimension 0 of every input and output is the named
+            dimension ``dynamic_batch`` instead of a fixed size.
+
+    Returns:
+        The :class:`ExportedSubgraph`.
+
+    Raises:
+        UnsupportedOpError: a node has no converter.
+        MissingWeightError: a variable consumed inside is neither an input nor a weight.
+        ConversionError: a converter failed; the message names the MXNet node.
+
+    Complexity: O(nodes + edges) plus the converters' own work.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    members: Set[int] = set(node_ids)
+    order = sorted(members)
+    input_set = set(inputs)
+    nodes_out: List[Any] = []
+    inits: Dict[str, Any] = {}
+    origin: Dict[str, str] = {}
+    used_names: Set[str] = set()
+    weight_bytes = 0
+
+    def unique(base: str) -> str:
+        cand = base
+        k = 1
+        while cand in used_names:
+            cand = f"{base}_{k}"
+            k += 1
+        used_names.add(cand)
+        return cand
+
+    in_names = [entry_name(graph, e) for e in inputs]
+    for n in in_names:
+        used_names.add(n)
+
+    def add_const(arr: np.ndarray, nm: str) -> str:
+        nonlocal weight_bytes
+        inits[nm] = np.ascontiguousarray(arr)
+        weight_bytes += arr.nbytes
+        return nm
+
+    # Weight variables consumed by the subgraph become initializers.
+    for nid in order:
+        node = graph.nodes[nid]
+        for e in node.inputs:
+            src = graph.nodes[e.node]
+            if e in input_set or e.node in members:
+                continue
+            if not src.is_variable:
+                raise ConversionError(f"subgraph {name}: node {node.name!r} consumes {src.name!r} which is neither inside nor an input")
+            if src.name not in weights:
+                raise MissingWeightError(
+                    f"subgraph {name}: variable {src.name!r} (used by {node.name!r}) is not an input and has no value in shared_buffer"
+                )
+            if src.name not in inits:
+                used_names.add(src.name)
+                arr = np.asarray(weights[src.name])
+                want = graph.dtypes.get(Entry(e.node, 0))
+                if want and want != "unknown" and arr.dtype != np.dtype(want):
+                    # The executor would hold the weight in the type MXNet inferred.
+                    arr = arr.astype(want)
+                add_const(arr, src.name)
+
+    const_values_by_name = {k: np.asarray(weights[k]) for k in inits}
+    for nid in order:
+        node = graph.nodes[nid]
+        entry = lookup(node.op)
+        if entry is None:
+            raise UnsupportedOpError(f"subgraph {name}: no converter for {node.op} (node {node.name!r})")
+        spec = op_spec(graph, nid, const_values_by_name)
+        in_t = [entry_name(graph, e) for e in node.inputs]
+        out_t = [entry_name(graph, Entry(nid, k)) for k in range(node.num_outputs)]
+        for t in out_t:
+            used_names.add(t)
+        consts = {i: const_values_by_name[in_t[i]] for i in spec.const_inputs if in_t[i] in const_values_by_name}
+        counter = [0]
+
+        def add_node(op_type: str, ins: Sequence[str], outs: Sequence[str], attrs: Dict[str, Any], _node=node, _counter=counter) -> None:
+            onnx_name = f"{_node.name}/{op_type}_{_counter[0]}"
+            _counter[0] += 1
+            clean = {k: v for k, v in attrs.items() if v is not None}
+            tensor_attrs = {k: numpy_helper.from_array(np.asarray(v)) for k, v in clean.items() if isinstance(v, np.ndarray)}
+            clean.update(tensor_attrs)
+            nodes_out.append(helper.make_node(op_type, list(ins), list(outs), name=onnx_name, doc_string=_node.name, **clean))
+            origin[onnx_name] = _node.name
+
+        ctx = ConvContext(spec, in_t, out_t, opset, add_node, add_const, unique, consts)
+        try:
+            entry.converter(ctx)
+        except ConversionError as exc:
+            logger.error("converting %s node %r failed: %s", node.op, node.name, exc)
+            raise ConversionError(f"{node.op} node {node.name!r}: {exc}") from exc
+        except Exception as exc:  # a converter bug must name the node
+            logger.error("converting %s node %r failed: %r", node.op, node.name, exc)
+            raise ConversionError(f"{node.op} node {node.name!r}: {type(exc).__name__}: {exc}") from exc
+
+    def vinfo(nm: str, e: Entry) -> Any:
+        shape: List[Any] = list(graph.shapes[e])
+        if dynamic_batch and shape:
+            shape[0] = dynamic_batch
+        return helper.make_tensor_value_info(nm, _np_to_onnx_dtype(graph.dtypes.get(e, "float32")), shape)
+
+    g_inputs = [vinfo(n, e) for n, e in zip(in_names, inputs)]
+    out_names: List[str] = []
+    seen_out: Set[str] = set()
+    for e in outputs:
+        t = entry_name(graph, e)
+        if t in seen_out or t in in_names:
+            # An ONNX graph output must be a distinct tensor produced inside.
+            alias = unique(f"{t}__out")
+            nodes_out.append(helper.make_node("Identity", [t], [alias], name=f"{alias}/Identity"))
+            origin[f"{alias}/Identity"] = graph.nodes[e.node].name
+            t = alias
+        seen_out.add(t)
+        out_names.append(t)
+    g_outputs = [vinfo(n, e) for n, e in zip(out_names, outputs)]
+
+    # Converters may fold a weight into another constant (BatchNorm) or ignore it
+    # (a label): keep only the initializers some node reads.
+    referenced = {t for n in nodes_out for t in n.input}
+    for nm in [k for k in inits if k not in referenced]:
+        weight_bytes -= inits.pop(nm).nbytes
+
+    # Protobuf cannot hold a message past 2 GB: large weights stay numpy arrays
+    # referenced as external data and are written beside the model by save_model.
+    external: Dict[str, np.ndarray] = {}
+    location = f"{name}.onnx.data"
+    init_protos = []
+    offset = 0
+    big = weight_bytes > external_data_threshold()
+    for nm, arr in inits.items():
+        if big and arr.nbytes >= 1024:
+            t = TensorProto()
+            t.name = nm
+            t.data_type = _np_to_onnx_dtype(arr.dtype)
+            t.dims.extend(arr.shape)
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                kv = t.external_data.add()
+                kv.key, kv.value = k, v
+            external[nm] = arr
+            offset += (arr.nbytes + 4095) // 4096 * 4096  # page-aligned, so readers may mmap
+        else:
+            t = numpy_helper.from_array(arr, nm)
+        init_protos.append(t)
+    g = helper.make_graph(nodes_out, name, g_inputs, g_outputs, initializer=init_protos)
+    model = helper.make_model(
+        g,
+        producer_name="mx_trt",
+        opset_imports=[helper.make_opsetid("", opset)],
+    )
+    model.ir_version = min(model.ir_version, 9)
+    def io_spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:
+        return (n, tuple(graph.shapes[e]), graph.dtypes.get(e, "float32"))
+
+    return ExportedSubgraph(model=model, input_names=in_names, output_names=out_names, origin=origin,
+                            weight_bytes=weight_bytes, external=external, external_location=location if external else "",
+                            input_specs=[io_spec(n, e) for n, e in zip(in_names, inputs)],
+                            output_specs=[io_spec(n, e) for n, e in zip(out_names, outputs)],
+                            batch_dim=dynamic_batch)
+
+
+def save_model(exported: ExportedSubgraph, path: str) -> str:
+    """Write the model to ``path`` and its external weights, if any, beside it.
+
+    Returns ``path``, which ONNX Runtime and TensorRT's parser can load (they
+    resolve external data relative to the model's folder).
+    """
+    with open(path, "wb") as f:
+        f.write(exported.model.SerializeToString())
+    if exported.external:
+        data_path = os.path.join(os.path.dirname(path), exported.external_location)
+        logger.info("writing %.1f MB of weights as external data to %s", exported.weight_bytes / 1e6, data_path)
+        with open(data_path, "wb") as f:
+            offset = 0
+            for t in exported.model.graph.initializer:
+                arr = exported.external.get(t.name)
+                if arr is None:
+                    continue
+                want = int(next(kv.value for kv in t.external_data if kv.key == "offset"))
+                f.write(b"\0" * (want - offset))
+                f.write(arr.reshape(-1).view(np.uint8).data)
+                offset = want + arr.nbytes
+    return path

@@ -1,0 +1,177 @@
+"""The bind hook: ``Symbol.simple_bind`` runs the TensorRT pass when the environment asks.
+
+The environment is read at every bind (the design's promise), so one process can
+bind the same symbol with the pass on, off and on again. Off or unset, MXNet's
+own ``simple_bind`` runs untouched.
+
+This module sits low in the plugin: it imports nothing of it but the errors.
+The pass itself (:func:`mx_trt.bind.accelerated_simple_bind`) is handed in as
+a callable by the package root (:func:`set_accelerated_bind`), so the hook and
+the pass do not import each other.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+from mx_trt.errors import MxTrtError
+
+logger = logging.getLogger(__name__)
+
+#: Spellings accepted for the switch; the first one set wins.
+ENV_SWITCH = ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT")
+
+_local = threading.local()
+_patched = False
+_lock = threading.RLock()  # install() may re-enter through the start-up hook
+_original_simple_bind: Optional[Any] = None
+_original_copy_params: Optional[Any] = None
+
+#: ``accelerated(symbol, ctx, grad_req=..., type_dict=..., ..., **shapes) -> executor``:
+#: the signature of ``Symbol.simple_bind`` with the symbol first.
+AcceleratedBind = Callable[..., Any]
+_accelerated: Optional[AcceleratedBind] = None
+
+
+def set_accelerated_bind(fn: AcceleratedBind) -> None:
+    """Install the bind the hook runs when the pass is on (the package root installs the pass's).
+
+    Args:
+        fn: Called as ``fn(symbol, ctx, grad_req=..., type_dict=..., stype_dict=...,
+            group2ctx=..., shared_arg_names=..., shared_exec=..., shared_buffer=..., **shapes)``
+            and returns the executor.
+    """
+    global _accelerated
+    _accelerated = fn
+
+
+def env_enabled() -> bool:
+    """True when ``MXNET_USE_TENSORRT`` (or the design's ``MXNet_USE_TENSORRT``) is on.
+
+    ``1``/``true``/``yes``/``on`` mean on; ``0``, empty or unset mean off. Any
+    other value is off, with a warning.
+    """
+    for name in ENV_SWITCH:
+        raw = os.environ.get(name)
+        if raw is None:
+            continue
+        v = raw.strip().lower()
+        if v in ("1", "true", "yes", "on"):
+            return True
+        if v not in ("0", "false", "no", "off", ""):
+            logger.warning("%s=%r is not understood; TensorRT pass is off (use 1 or 0)", name, raw)
+        return False
+    return False
+
+
+def pass_enabled() -> bool:
+    """The effective switch: the environment, unless a :func:`disabled`/:func:`forced` block overrides it."""
+    forced = getattr(_local, "forced", None)
+    if forced is not None:
+        return bool(forced)
+    return env_enabled()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Bind natively inside this block, whatever the environment says (this thread only)."""
+    prev = getattr(_local, "forced", None)
+    _local.forced = False
+    try:
+        yield
+    finally:
+        _local.forced = prev
+
+
+@contextlib.contextmanager
+def forced() -> Iterator[None]:
+    """Run the pass inside this block, whatever the environment says (this thread only)."""
+    prev = getattr(_local, "forced", None)
+    _local.forced = True
+    try:
+        yield
+    finally:
+        _local.forced = prev
+
+
+def original_simple_bind() -> Any:
+    """MXNet's own ``Symbol.simple_bind`` (installs the hook if needed)."""
+    install()
+    assert _original_simple_bind is not None
+    return _original_simple_bind
+
+
+def install_when_mxnet_imported() -> None:
+    """Install the hook now if ``mxnet`` is imported, else right after it is (without importing it).
+
+    The start-up hook's finder (``mx_trt_autoload``) does the waiting; when it
+    is unavailable (an unusual install) the hook is installed now, importing mxnet.
+    """
+    if "mxnet" in sys.modules:
+        install()
+        return
+    try:
+        import mx_trt_autoload
+    except ImportError:
+        install()
+        return
+    arm = getattr(mx_trt_autoload, "arm", None)  # absent in a start-up hook of another mx_trt version
+    if arm is None:
+        install()
+    else:
+        arm()
+
+
+def install() -> None:
+    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once.
+
+    Idempotent and thread-safe. Imports mxnet. With the pass on, the patched
+    ``simple_bind`` runs the callable given to :func:`set_accelerated_bind`.
+    """
+    global _patched, _original_simple_bind, _original_copy_params
+    if _patched:
+        return
+    with _lock:
+        if _patched:
+            return
+        import mxnet as mx
+
+        sym_cls = mx.symbol.Symbol
+        exe_cls = mx.executor.Executor
+        _original_simple_bind = sym_cls.simple_bind
+        _original_copy_params = exe_cls.copy_params_from
+
+        def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
+                        group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
+                        shared_buffer: Any = None, **kwargs: Any) -> Any:
+            if pass_enabled():
+                accelerated = _accelerated
+                if accelerated is None:
+                    raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
+                return accelerated(
+                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+            return _original_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
+                                         group2ctx=group2ctx, shared_arg_names=shared_arg_names,
+                                         shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+
+        simple_bind.__doc__ = _original_simple_bind.__doc__
+        simple_bind.__wrapped__ = _original_simple_bind  # type: ignore[attr-defined]
+
+        def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None, allow_extra_params: bool = False) -> Any:
+            info = getattr(self, "_mx_trt", None)
+            if info is not None:
+                arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
+            return _original_copy_params(self, arg_params, aux_params, allow_extra_params)
+
+        copy_params_from.__doc__ = _original_copy_params.__doc__
+        copy_params_from.__wrapped__ = _original_copy_params  # type: ignore[attr-defined]
+
+        sym_cls.simple_bind = simple_bind
+        exe_cls.copy_params_from = copy_params_from
+        _patched = True
+        logger.debug("mx_trt: Symbol.simple_bind hooked")

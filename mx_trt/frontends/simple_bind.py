@@ -1,0 +1,121 @@
+"""``Symbol.simple_bind`` with the pass: the user's call becomes one :class:`BindRequest`.
+
+Everything MXNet's ``simple_bind`` accepts is accepted here, read as MXNet 1.9.1
+reads it. Whatever stops the pass (gradients asked for, no weights, a bad
+environment value, no backend for the context, any failure on this graph)
+costs one warning and MXNet's own bind; ``MXNET_TENSORRT_STRICT=1`` raises instead.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from mx_trt.build.backends import select_backend
+from mx_trt.errors import BackendUnavailableError, MxTrtError
+from mx_trt.frontends import hook
+from mx_trt.pipeline.bind import bind
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def _why_native(grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: Any) -> Optional[str]:
+    reqs = list(grad_req.values()) if isinstance(grad_req, dict) else list(grad_req) if isinstance(grad_req, (list, tuple)) else [grad_req]
+    if any(r != "null" for r in reqs):
+        return f"grad_req={grad_req!r} asks for gradients and engines are inference-only (use grad_req='null')"
+    if shared_buffer is None:
+        return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
+    if group2ctx:
+        return "group2ctx (model parallelism) is not supported by the pass"
+    if stype_dict and any(v != "default" for v in stype_dict.values()):
+        return "sparse storage types are not supported by the pass"
+    return None
+
+
+def shape_keywords(sym: Any, kwargs: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:
+    """The input shapes among ``simple_bind``'s keyword arguments, read as MXNet 1.9.1 reads them.
+
+    MXNet takes a keyword as a shape only when its value is a tuple, and ignores
+    the others (the design's example passes ``force_rebind=True``). It also
+    ignores shapes of names that are neither arguments nor aux states.
+    """
+    names = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    for k, v in kwargs.items():
+        if not isinstance(v, tuple):
+            logger.debug("simple_bind keyword %s=%r is not a shape (MXNet ignores it)", k, v)
+        elif k not in names:
+            logger.info("simple_bind was given a shape for %r, which is not an input of the symbol; ignored as MXNet does", k)
+        else:
+            shapes[k] = v
+    return shapes
+
+
+def accelerated_simple_bind(
+    sym: Any,
+    ctx: Any,
+    grad_req: Any = "write",
+    type_dict: Any = None,
+    stype_dict: Any = None,
+    group2ctx: Any = None,
+    shared_arg_names: Any = None,
+    shared_exec: Any = None,
+    shared_buffer: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """``Symbol.simple_bind`` with the TensorRT pass (same arguments, same result type).
+
+    Falls back to MXNet's own bind, with one warning saying why, when gradients
+    are requested, the weights are missing, no backend serves ``ctx``, or the
+    pass fails on this graph for any reason: a graph MXNet binds never fails to
+    bind because of the pass. ``MXNET_TENSORRT_STRICT=1`` raises instead.
+
+    Raises:
+        BackendUnavailableError: the backend forced by ``MXNET_TENSORRT_BACKEND`` is missing.
+        MxTrtError: only with ``MXNET_TENSORRT_STRICT=1``, whatever stopped the pass.
+    """
+    original = hook.original_simple_bind()
+
+    def native() -> Any:
+        return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+
+    why = _why_native(grad_req, shared_buffer, group2ctx, stype_dict)
+    if why:
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", why)
+        return native()
+    try:
+        settings = Settings.from_env()
+    except MxTrtError as exc:  # a bad environment value: one line naming it
+        if os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
+        return native()
+    try:
+        backend = select_backend(ctx.device_type, settings.backend)
+    except BackendUnavailableError as exc:
+        if settings.backend:
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
+        return native()
+    try:
+        request = BindRequest(symbol=sym, shapes=shape_keywords(sym, kwargs), params=dict(shared_buffer),
+                              settings=settings, backend=backend, ctx=ctx, type_dict=type_dict, native_bind=original,
+                              shared_arg_names=shared_arg_names, shared_exec=shared_exec)
+        exe, _ = bind(request)
+    except Exception as exc:  # noqa: BLE001 - any failure of the pass means a native bind, never a crash
+        if settings.strict:
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but the pass failed on this graph (%s: %s): binding natively",
+                       type(exc).__name__, _one_line(exc))
+        logger.debug("the pass failed", exc_info=True)
+        return native()
+    return exe
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + "..."
+

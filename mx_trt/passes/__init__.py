@@ -1,0 +1,1 @@
+../../passes/__init__.py

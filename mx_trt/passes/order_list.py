@@ -1,0 +1,1 @@
+../../passes/order_list.py

@@ -1,0 +1,1 @@
+../../passes/simplify.py

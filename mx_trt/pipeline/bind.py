@@ -1,0 +1,291 @@
+"""The pass proper: from a :class:`BindRequest` to an executor whose fused nodes run engines.
+
+Stages, in order (each names its module)::
+
+    analyze              import, simplify, support, partition (pipeline.plan)
+    weights              digests of the weights engines absorb (pipeline.weights)
+    batch_ranges         the batch profiles asked for (build.profiles)
+    engines              per subgraph: reuse one from this process, load it from the
+                         plan cache, or export to ONNX (export.subgraph, export.dynamic,
+                         export.precision) and build (build.engines, build.backends);
+                         a failure leaves that subgraph native with a warning
+    fuse                 each subgraph becomes one fused node (mx_trt.passes.fuse), an MXNet
+                         ``Custom`` node naming its engine (runtime.fused_op)
+    native bind          MXNet's own simple_bind on the optimized symbol (request.native_bind)
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from mx_trt.build.engines import EngineProvider, SubgraphJob
+from mx_trt.build.profiles import batch_ranges
+from mx_trt.build.progress import BuildProgress
+from mx_trt.cache import EngineCache
+from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError, ShapeError
+from mx_trt.export.dynamic import SubgraphExporter
+from mx_trt.export.subgraph import entry_name
+from mx_trt.graph.importer import graph_to_json
+from mx_trt.passes.fuse import FuseResult, boundary, fuse
+from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.partition import Subgraph
+from mx_trt.pipeline.plan import Plan, analyze
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from mx_trt.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BindInfo:
+    """What mx_trt keeps on an accelerated executor (``executor._mx_trt``).
+
+    Attributes:
+        symbol: The optimized symbol (fused nodes + native nodes).
+        original: The symbol the user bound.
+        plan: The analysis.
+        engines: The fused engines this executor owns.
+        absorbed: Weight name -> sha256 of the value baked into the engines.
+        native_failures: Subgraph name -> why its engine was not built.
+        backend: Backend name.
+        timings: Seconds spent per pipeline stage.
+        builds / loads / reuses: Engines built, loaded from the plan cache, and
+            reused from this process's earlier binds.
+    """
+
+    symbol: Any
+    original: Any
+    plan: Plan
+    engines: List[FusedEngine]
+    absorbed: Dict[str, str]
+    native_failures: Dict[str, str] = field(default_factory=dict)
+    backend: str = ""
+    timings: Dict[str, float] = field(default_factory=dict)
+    builds: int = 0
+    loads: int = 0
+    reuses: int = 0
+
+    def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """Drop weights baked into engines from ``copy_params_from``'s dicts after checking them.
+
+        A value equal to the engine's copy is accepted silently (the user copies
+        the same checkpoint); a different value cannot reach the engine, so it
+        raises rather than being ignored.
+
+        Raises:
+            ParamMismatchError: a baked-in weight differs from the given value.
+        """
+        out: List[Dict[str, Any]] = []
+        for params in (arg_params or {}, aux_params or {}):
+            kept = {}
+            for name, value in params.items():
+                digest = self.absorbed.get(name)
+                if digest is None:
+                    kept[name] = value
+                    continue
+                if digest_of(value) != digest:
+                    raise ParamMismatchError(
+                        f"weight {name!r} was baked into a TensorRT engine at bind time and the new value differs; "
+                        "bind again (simple_bind with the new weights in shared_buffer) to use it"
+                    )
+            out.append(kept)
+        return out[0], out[1]
+
+
+
+def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
+    """The pass proper: analyze, get engines, fuse, and bind the optimized symbol natively.
+
+    Args:
+        request: The bind; ``request.ctx`` and ``request.native_bind`` are required.
+
+    Returns:
+        The bound executor (with ``executor._mx_trt`` set) and its :class:`BindInfo`.
+
+    Raises:
+        MxTrtError: the request cannot be served (the front-end decides whether to fall back).
+    """
+    import mxnet as mx
+
+    if request.ctx is None or request.native_bind is None or request.backend is None:
+        raise MxTrtError("a bind request needs ctx, backend and native_bind")
+    sym, ctx, backend, settings = request.symbol, request.ctx, request.backend, request.settings
+    params, shapes, type_dict = request.params, request.shapes, request.type_dict
+    t0 = time.perf_counter()
+    timings: Dict[str, float] = {}
+    plan = analyze(request)
+    graph = plan.graph
+    timings["analyze"] = time.perf_counter() - t0
+    absorbed_ids = plan.absorbed_ids()
+
+    # Weights of nodes inside engines, as numpy and digested, once.
+    needed: Set[str] = set()
+    inside = {nid for s in plan.partition.subgraphs for nid in s.nodes}
+    for nid in inside:
+        for e in graph.nodes[nid].inputs:
+            src = graph.nodes[e.node]
+            if src.is_variable and e.node in absorbed_ids:
+                needed.add(src.name)
+    weights_np = LazyWeights(params, needed)
+    digests_all = {k: digest_of(params[k]) for k in sorted(needed)}
+    ranges = batch_ranges(settings, shapes)
+    timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
+
+    t1 = time.perf_counter()
+    cache = _engine_cache()
+    subgraphs = plan.partition.subgraphs
+    progress = BuildProgress(len(subgraphs))
+    provider = EngineProvider(backend, request.device_id, cache, progress.phase)
+    exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges)
+    built: List[Tuple[Subgraph, FusedEngine]] = []
+    failures: Dict[str, str] = {}
+    for k, sg in enumerate(subgraphs):
+        ins, outs = boundary(graph, sg.nodes, absorbed_ids)
+        progress.start(k, sg.name, len(sg.nodes))
+        logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
+                    k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
+        job = _job(sg, graph, ins, outs, digests_all, settings.fp16, ranges, exporter)
+        try:
+            engine, source = provider.get(job)
+        except MxTrtError as exc:
+            failures[sg.name] = str(exc)
+            logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
+                           _op_summary(graph, sg.nodes), exc)
+            continue
+        out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
+        fused = register_engine(sg.name, engine, [entry_name(graph, e) for e in ins], out_names)
+        fused.source = source
+        fused.build_count = int(source == "built")
+        if ranges and engine.batch_ranges:
+            fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings, ranges, digests_all)
+        built.append((sg, fused))
+    progress.done()
+    weights_np.release()  # engines hold their own copies; a later rebuild converts again
+    timings["export_build"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    kept = [sg for sg, _ in built]
+    fres = fuse(graph, kept, absorbed_ids, fused_op=OP_TYPE)
+    new_graph, extra = _custom_nodes(fres, built, graph)
+    new_sym = mx.sym.load_json(graph_to_json(new_graph, extra))
+    timings["fuse"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    new_args = set(new_sym.list_arguments())
+    new_aux = set(new_sym.list_auxiliary_states())
+    # Arguments nobody gave a shape for (weights missing from shared_buffer) keep the inferred one.
+    inferred = {n.name: graph.shapes[Entry(n.id, 0)] for n in graph.nodes if n.is_variable and Entry(n.id, 0) in graph.shapes}
+    bind_shapes = {k: shapes.get(k, inferred.get(k)) for k in new_args if k in shapes or (k not in params and k in inferred)}
+    # A weight that was also given a shape stays an executor argument (MXNet lets
+    # the caller overwrite it); its value still comes from shared_buffer, as natively.
+    native_buf = {k: v for k, v in params.items() if k in new_args and isinstance(v, mx.nd.NDArray)
+                  and (k not in shapes or tuple(v.shape) == tuple(shapes[k]))}
+    tdict = {k: v for k, v in (type_dict or {}).items() if k in new_args}
+    exe = request.native_bind(new_sym, ctx, grad_req="null", type_dict=tdict or None,
+                              shared_arg_names=request.shared_arg_names, shared_exec=request.shared_exec,
+                              shared_buffer=native_buf, **bind_shapes)
+    # Native weights: shared_buffer arrays were reused where ctx/shape/dtype match;
+    # copy the others, and aux states, which simple_bind never takes from shared_buffer.
+    for name in sorted(new_args):
+        if name in params and (name not in shapes or tuple(params[name].shape) == tuple(shapes[name])):
+            _copy_into(exe.arg_dict[name], params[name])
+    for name in sorted(new_aux):
+        if name in params:
+            _copy_into(exe.aux_dict[name], params[name])
+    timings["bind"] = time.perf_counter() - t3
+
+    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
+    digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
+    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
+                    native_failures=failures, backend=backend.name, timings=timings,
+                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses)
+    exe._mx_trt = info
+    inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
+    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); bind took %.2f s",
+                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
+    return exe, info
+
+
+def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:
+    """Turn fused IR nodes into MXNet ``Custom`` nodes naming their engines.
+
+    A fused node with a single output that is a graph output takes the name of the
+    node that produced it, so ``executor.output_dict`` keeps its keys.
+    """
+    by_name = {sg.name: f for sg, f in built}
+    g = fres.graph
+    extra: Dict[int, Dict[str, str]] = {}
+    heads = set(g.heads)
+    taken = {n.name for n in g.nodes}
+    for fs in fres.fused:
+        node = g.nodes[fs.node_id]
+        fused = by_name[fs.subgraph.name]
+        node.op = "Custom"
+        node.attrs = {}
+        extra[node.id] = {"op_type": OP_TYPE, ENGINE_ATTR: fused.key}
+        if len(fs.outputs) == 1 and Entry(node.id, 0) in heads:
+            src = old.nodes[fs.outputs[0].node]
+            if src.num_outputs == 1 and src.name not in taken:
+                taken.discard(node.name)
+                node.name = src.name
+                taken.add(src.name)
+    return g, extra
+
+
+def _engine_cache() -> Any:
+    """The plan cache from the environment, or ``None`` (disabled or unusable, with a warning)."""
+    try:
+        return EngineCache.from_env()
+    except (CacheError, OSError) as exc:
+        logger.warning("plan cache disabled: %s", exc)
+        return None
+
+
+def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],
+         fp16: bool, ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
+    used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
+    return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
+                       weight_digests={k: v for k, v in digests.items() if k in used}, fp16=fp16, batch_ranges=ranges,
+                       export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges))
+
+
+class _Rebuilder:
+    """Builds a fused node's engine again for a batch outside its profiles (``executor.reshape``)."""
+
+    def __init__(self, exporter: SubgraphExporter, provider: EngineProvider, sg: Subgraph, absorbed: Set[int],
+                 settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str]) -> None:
+        self.exporter, self.provider, self.sg, self.absorbed = exporter, provider, sg, absorbed
+        self.settings, self.ranges, self.digests = settings, list(ranges), digests
+
+    def __call__(self, batch: int) -> Any:
+        ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))]
+        graph = self.exporter.graph_at(batch)
+        ins, outs = boundary(graph, self.sg.nodes, self.absorbed)
+        engine, _ = self.provider.get(_job(self.sg, graph, ins, outs, self.digests, self.settings.fp16, ranges, self.exporter))
+        self.ranges = ranges
+        return engine
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    import mxnet as mx
+
+    if isinstance(src, mx.nd.NDArray):
+        if src.handle.value == dst.handle.value:
+            return
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ShapeError(f"shared_buffer value has shape {src.shape}, the executor needs {dst.shape}")
+        src.copyto(dst)
+    else:
+        dst[:] = np.asarray(src)
+
+
+def _op_summary(graph: Graph, nodes: Sequence[int]) -> str:
+    counts: Dict[str, int] = {}
+    for nid in nodes:
+        counts[graph.nodes[nid].op] = counts.get(graph.nodes[nid].op, 0) + 1

@@ -1,0 +1,142 @@
+"""Analysis of one bind: import the graph once, drop identities, decide support, partition.
+
+Stages, in order (each names its module)::
+
+    symbol_to_graph      MXNet symbol -> IR with MXNet's inferred shapes/dtypes (graph.importer)
+    remove_identities    inference-time identities (Dropout, BlockGrad, ...) go (mx_trt.passes.simplify)
+    support              per op: exclude list, backend's tensor types, converter validator,
+                         backend's own limits -> reason it stays native (export.converters)
+    partition            maximal cycle-free subgraphs (mx_trt.passes.partition)
+    keep_worthwhile      subgraphs too small to pay for an engine stay native (mx_trt.passes.cost)
+    check_acyclic        independent validator (mx_trt.passes.validate)
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Set, Tuple
+
+import numpy as np
+
+from mx_trt.build.backends import Backend, TensorRTBackend
+from mx_trt.errors import ShapeError
+from mx_trt.export.converters import check as check_op
+from mx_trt.export.subgraph import op_spec
+from mx_trt.graph.importer import inference_identity, symbol_to_graph
+from mx_trt.passes.cost import keep_worthwhile
+from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.partition import PartitionResult, partition
+from mx_trt.passes.simplify import remove_identities
+from mx_trt.passes.validate import check_acyclic
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Plan:
+    """The analysis of one graph: what converts, how it is partitioned.
+
+    Attributes:
+        graph: The IR with shapes and dtypes.
+        weights: Names of variables whose values are known (``shared_buffer``).
+        reasons: Operator node id -> why it stays native (only unsupported ones).
+        partition: The partition.
+    """
+
+    graph: Graph
+    weights: Set[str]
+    reasons: Dict[int, str]
+    partition: PartitionResult
+
+    def absorbed_ids(self) -> Set[int]:
+        return {n.id for n in self.graph.nodes if n.is_variable and n.name in self.weights}
+
+    def op_counts(self) -> Tuple[int, int]:
+        """(operators inside subgraphs, all operators)."""
+        total = len(self.graph.op_nodes())
+        inside = sum(len(s.nodes) for s in self.partition.subgraphs)
+        return inside, total
+
+
+def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backend: Optional[Backend]) -> Dict[int, str]:
+    """Why each unsupported operator node cannot go to an engine. O(V) validator calls."""
+    reasons: Dict[int, str] = {}
+    for n in graph.nodes:
+        if n.is_variable:
+            continue
+        if n.op in settings.exclude_ops:
+            reasons[n.id] = f"{n.op} is listed in MXNET_TENSORRT_EXCLUDE_OPS"
+            continue
+        spec = op_spec(graph, n.id, weights, backend.name if backend is not None else "")
+        # The backend bounds which tensor types an engine may hold at all; within
+        # that, each converter's validator decides the types it converts exactly.
+        reason = backend.dtype_reason(spec) if backend is not None else _default_dtype_reason(spec)
+        if reason is None:
+            reason = check_op(spec)
+        if reason is None and backend is not None:
+            reason = backend.supports(spec)
+        if reason:
+            reasons[n.id] = reason
+    return reasons
+
+
+def _default_dtype_reason(spec: Any) -> Optional[str]:
+    """Without a backend (analysis only): the types that TensorRT engines hold (float64, int8, uint8 do not)."""
+    for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes)):
+        for i, dt in enumerate(dts):
+            if dt not in TensorRTBackend.tensor_dtypes:
+                return f"{what} {i} is {dt}, which engines do not hold"
+    return None
+
+
+def analyze(request: BindRequest) -> Plan:
+    """Run the analysis half of the pass (no export, no engine): import, simplify, support, partition.
+
+    The graph is imported from MXNet once here; every later stage reads
+    :attr:`Plan.graph`. Cost: one MXNet shape/type inference, then O(V + E)
+    plus the partitioner's cost (``mx_trt.passes.partition``).
+
+    Args:
+        request: The bind (symbol, shapes, weights, dtypes, settings, backend).
+            The backend's restrictions apply; ``None`` checks the converters
+            against the tensor types TensorRT engines hold.
+
+    Raises:
+        ShapeError: shapes are missing or contradictory.
+    """
+    sym, shapes, params, settings, backend = request.symbol, request.shapes, request.params, request.settings, request.backend
+    type_dict = request.type_dict
+    all_shapes = {k: tuple(int(d) for d in v.shape) for k, v in params.items()}
+    all_shapes.update({k: tuple(v) for k, v in shapes.items()})
+    # Types as simple_bind infers them: type_dict, variables' own __dtype__, float32
+    # for the rest. The weights' own dtypes do not count (MXNet ignores them too).
+    dtypes = {k: np.dtype(v).name for k, v in (type_dict or {}).items()}
+    args = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    unknown = sorted(set(shapes) - args)
+    if unknown:
+        raise ShapeError(f"shapes given for {unknown}, which are not inputs of the symbol (inputs: {sorted(args)})")
+    graph = symbol_to_graph(sym, {k: v for k, v in all_shapes.items() if k in args}, {k: v for k, v in dtypes.items() if k in args})
+    simplified = remove_identities(graph, inference_identity)
+    if simplified.removed:
+        logger.info("removed %d inference-time identity node(s) before partitioning (%s)", len(simplified.removed),
+                    ", ".join(simplified.removed[:5]) + (", ..." if len(simplified.removed) > 5 else ""))
+    graph = simplified.graph
+    missing = [n.name for n in graph.nodes if n.is_variable and Entry(n.id, 0) not in graph.shapes]
+    if missing:
+        raise ShapeError(f"cannot infer the shapes of {missing}: give their shapes to simple_bind or their values in shared_buffer")
+    weights = {n.name for n in graph.nodes if n.is_variable and n.name in params and n.name not in shapes}
+    unset = sorted(n.name for n in graph.nodes if n.is_variable and n.name not in params and n.name not in shapes)
+    if unset:
+        # Not a weight and not a declared input: it can only be an input of whatever consumes it.
+        logger.warning("%s %s no value in shared_buffer and no shape given to simple_bind: kept as executor "
+                       "argument(s) that engines read at run time; set them through arg_dict or copy_params_from",
+                       ", ".join(unset), "has" if len(unset) == 1 else "have")
+    reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
+    part = partition(graph, reasons, settings.min_subgraph_size)
+    if settings.engine_rule == "cost":
+        part = keep_worthwhile(graph, part)
+    check_acyclic(graph, [s.nodes for s in part.subgraphs])
+    return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)
+

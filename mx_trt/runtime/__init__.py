@@ -1,0 +1,1 @@
+"""Run time: the fused MXNet operator that runs an engine inside an executor (:mod:`.fused_op`)."""

@@ -137,7 +137,7 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
 
     import mx_trt
     from mx_trt.frontends import hook
-    from tests.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import zoo_model
 
     sym, args, aux, size = zoo_model(model)
     params = {**args, **aux}
@@ -295,7 +295,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
     from mx_trt.tools.cli.timing import Progress
-    from tests.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import zoo_model
 
     settings = settings_from_env()
     ctx = mx.cpu()

@@ -8,8 +8,9 @@ import contextlib
 import json
 import logging
 import os
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import MxTrtError
 
@@ -169,6 +170,8 @@ class Settings:
             ``min_subgraph_size`` operators.
         strict: Raise when the pass fails on a graph instead of binding natively
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
+        cache_dir: The plan cache folder; ``None`` reads ``MXNET_TENSORRT_CACHE_DIR``,
+            ``""`` disables the cache.
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -179,6 +182,7 @@ class Settings:
     profiles: Optional[List[Profile]] = None
     strict: bool = False
     engine_rule: str = "cost"
+    cache_dir: Optional[str] = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -204,3 +208,97 @@ class Settings:
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
             engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),
         )
+
+    def with_options(self, options: Mapping[str, Any], where: str = "backend options") -> "Settings":
+        """These settings with explicit options applied (an explicit option wins over the environment).
+
+        The options are those of ``Symbol.optimize_for('TensorRT', ..., **options)``,
+        ``HybridBlock.hybridize(backend='TensorRT', **options)`` (or ``backend_opts=``)
+        and ``optimize_for`` of Gluon: :data:`OPTIONS` lists them.
+
+        Raises:
+            MxTrtError: an unknown option, or a value that is not allowed (the message names both).
+        """
+        changes: Dict[str, Any] = {}
+        for name, value in options.items():
+            parse = OPTIONS.get(name)
+            if parse is None:
+                raise MxTrtError(f"{where}: unknown option {name!r}; the options are {', '.join(sorted(OPTIONS))}")
+            try:
+                field_name, parsed = parse(value)
+            except (TypeError, ValueError) as exc:
+                raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
+            changes[field_name] = parsed
+        return dataclasses.replace(self, **changes)
+
+
+def _opt_bool(field_name: str) -> Callable[[Any], Tuple[str, bool]]:
+    def parse(v: Any) -> Tuple[str, bool]:
+        if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return field_name, v.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(v, (bool, int)) and v in (0, 1):
+            return field_name, bool(v)
+        raise ValueError("expected True or False")
+    return parse
+
+
+def _opt_int(field_name: str, minimum: int) -> Callable[[Any], Tuple[str, Optional[int]]]:
+    def parse(v: Any) -> Tuple[str, Optional[int]]:
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).strip().lstrip("-").isdigit():
+            raise ValueError("expected an integer")
+        n = int(v)
+        if n < minimum:
+            raise ValueError(f"must be >= {minimum}")
+        return field_name, n
+    return parse
+
+
+def _opt_precision(v: Any) -> Tuple[str, bool]:
+    if not isinstance(v, str) or v.strip().lower() not in ("fp16", "fp32", "float16", "float32"):
+        raise ValueError("expected 'fp16' or 'fp32'")
+    return "fp16", v.strip().lower() in ("fp16", "float16")
+
+
+def _opt_ops(v: Any) -> Tuple[str, FrozenSet[str]]:
+    items = v.split(",") if isinstance(v, str) else list(v)
+    if not all(isinstance(x, str) for x in items):
+        raise ValueError("expected operator names (a list, or one comma-separated string)")
+    return "exclude_ops", frozenset(x.strip() for x in items if x.strip())
+
+
+def _opt_choice(field_name: str, allowed: Sequence[str]) -> Callable[[Any], Tuple[str, str]]:
+    def parse(v: Any) -> Tuple[str, str]:
+        if not isinstance(v, str) or v.strip().lower() not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return field_name, v.strip().lower()
+    return parse
+
+
+def _opt_str(field_name: str) -> Callable[[Any], Tuple[str, str]]:
+    def parse(v: Any) -> Tuple[str, str]:
+        if not isinstance(v, (str, os.PathLike)):
+            raise ValueError("expected a string")
+        return field_name, os.fspath(v)
+    return parse
+
+
+def _opt_profiles(v: Any) -> Tuple[str, List[Profile]]:
+    try:
+        return "profiles", _parse_profiles(v, "profiles")
+    except MxTrtError as exc:
+        raise ValueError(str(exc)) from None
+
+
+#: Option name -> parser giving (Settings field, value). The environment variable of each is in README.md.
+OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
+    "fp16": _opt_bool("fp16"),
+    "precision": _opt_precision,
+    "max_batch_size": _opt_int("max_batch_size", 1),
+    "profiles": _opt_profiles,
+    "exclude_ops": _opt_ops,
+    "min_subgraph_size": _opt_int("min_subgraph_size", 1),
+    "engine_rule": _opt_choice("engine_rule", ("cost", "always")),
+    "backend": _opt_choice("backend", ("onnxruntime", "tensorrt", "tensorrt_rtx")),
+    "strict": _opt_bool("strict"),
+    "cache_dir": _opt_str("cache_dir"),
+}

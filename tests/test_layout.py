@@ -307,6 +307,18 @@ def test_stages_import_only_earlier_stages() -> None:
     assert not problems, "imports must point to earlier stages only:\n" + "\n".join(problems)
 
 
+def test_the_tests_mirror_the_packages_folders() -> None:
+    """Every folder of the package has a folder of tests with the same name."""
+    package = os.path.join(ROOT, "mx_trt")
+    folders = sorted(d for d in os.listdir(package)
+                     if os.path.isfile(os.path.join(package, d, "__init__.py")))
+    missing = [d for d in folders
+               if not any(f.startswith("test_") and f.endswith(".py")
+                          for f in (os.listdir(os.path.join(ROOT, "tests", d))
+                                    if os.path.isdir(os.path.join(ROOT, "tests", d)) else []))]
+    assert not missing, f"mx_trt/{{{','.join(missing)}}} have no tests/<folder>/test_*.py"
+
+
 def test_the_checkouts_mx_trt_passes_links_every_module_of_passes() -> None:
     """In a checkout ``mx_trt/passes/`` holds one link per module of ``passes/``; the wheel holds the files."""
     src = sorted(f for f in os.listdir(os.path.join(ROOT, "passes")) if f.endswith(".py"))

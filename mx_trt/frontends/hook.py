@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 from mx_trt.errors import MxTrtError
 
@@ -35,6 +35,8 @@ _original_copy_params: Optional[Any] = None
 #: the signature of ``Symbol.simple_bind`` with the symbol first.
 AcceleratedBind = Callable[..., Any]
 _accelerated: Optional[AcceleratedBind] = None
+#: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
+_installers: List[Callable[[], None]] = []
 
 
 def set_accelerated_bind(fn: AcceleratedBind) -> None:
@@ -47,6 +49,20 @@ def set_accelerated_bind(fn: AcceleratedBind) -> None:
     """
     global _accelerated
     _accelerated = fn
+
+
+def add_installer(fn: Callable[[], None]) -> None:
+    """Run ``fn`` (another front-end's patch of MXNet) when the hook is installed, or now if it is.
+
+    The package root registers each front-end's ``install``; this module imports none of them.
+    """
+    with _lock:
+        if fn in _installers:
+            return
+        _installers.append(fn)
+        patched = _patched
+    if patched:
+        fn()
 
 
 def env_enabled() -> bool:
@@ -175,3 +191,5 @@ def install() -> None:
         exe_cls.copy_params_from = copy_params_from
         _patched = True
         logger.debug("mx_trt: Symbol.simple_bind hooked")
+        for fn in list(_installers):
+            fn()

@@ -8,25 +8,30 @@ costs one warning and MXNet's own bind; ``MXNET_TENSORRT_STRICT=1`` raises inste
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from mx_trt.build.backends import select_backend
-from mx_trt.errors import BackendUnavailableError, MxTrtError
 from mx_trt.frontends import hook
+from mx_trt.frontends.common import call_backend, call_settings, guarded
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
-from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 
-def _why_native(grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: Any) -> Optional[str]:
+def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: Any,
+                kwargs: Mapping[str, Any]) -> Optional[str]:
     reqs = list(grad_req.values()) if isinstance(grad_req, dict) else list(grad_req) if isinstance(grad_req, (list, tuple)) else [grad_req]
     if any(r != "null" for r in reqs):
         return f"grad_req={grad_req!r} asks for gradients and engines are inference-only (use grad_req='null')"
     if shared_buffer is None:
         return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
+    shaped = {k for k, v in kwargs.items() if isinstance(v, tuple)}
+    unshaped = [n for n in list(sym.list_arguments()) + list(sym.list_auxiliary_states()) if n not in shaped]
+    if unshaped and not any(n in shared_buffer for n in unshaped):
+        # Module binds this way before any weight exists (shared_buffer={} holds data arrays only),
+        # then copies weights in by position: an executor without them would break it.
+        return ("shared_buffer holds none of the weights (" + ", ".join(unshaped[:3])
+                + (", ..." if len(unshaped) > 3 else "") + "): pass the merged arg_params and aux_params")
     if group2ctx:
         return "group2ctx (model parallelism) is not supported by the pass"
     if stype_dict and any(v != "default" for v in stype_dict.values()):
@@ -82,40 +87,16 @@ def accelerated_simple_bind(
         return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
                         shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
 
-    why = _why_native(grad_req, shared_buffer, group2ctx, stype_dict)
+    why = _why_native(sym, grad_req, shared_buffer, group2ctx, stype_dict, kwargs)
     if why:
         logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", why)
         return native()
-    try:
-        settings = Settings.from_env()
-    except MxTrtError as exc:  # a bad environment value: one line naming it
-        if os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on"):
-            raise
-        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
-        return native()
-    try:
-        backend = select_backend(ctx.device_type, settings.backend)
-    except BackendUnavailableError as exc:
-        if settings.backend:
-            raise
-        logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", exc)
-        return native()
-    try:
+
+    def accelerated() -> Any:
+        settings = call_settings()
         request = BindRequest(symbol=sym, shapes=shape_keywords(sym, kwargs), params=dict(shared_buffer),
-                              settings=settings, backend=backend, ctx=ctx, type_dict=type_dict, native_bind=original,
-                              shared_arg_names=shared_arg_names, shared_exec=shared_exec)
-        exe, _ = bind(request)
-    except Exception as exc:  # noqa: BLE001 - any failure of the pass means a native bind, never a crash
-        if settings.strict:
-            raise
-        logger.warning("MXNET_USE_TENSORRT=1 but the pass failed on this graph (%s: %s): binding natively",
-                       type(exc).__name__, _one_line(exc))
-        logger.debug("the pass failed", exc_info=True)
-        return native()
-    return exe
+                              settings=settings, backend=call_backend(ctx, settings), ctx=ctx, type_dict=type_dict,
+                              native_bind=original, shared_arg_names=shared_arg_names, shared_exec=shared_exec)
+        return bind(request)[0]
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 400 else text[:400] + "..."
-
+    return guarded("binding natively", accelerated, native)

@@ -25,7 +25,7 @@ import numpy as np
 from mx_trt.build.engines import EngineProvider, SubgraphJob
 from mx_trt.build.profiles import batch_ranges
 from mx_trt.build.progress import BuildProgress
-from mx_trt.cache import EngineCache
+from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
 from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.subgraph import entry_name
@@ -98,12 +98,11 @@ class BindInfo:
         return out[0], out[1]
 
 
-
 def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
-    """The pass proper: analyze, get engines, fuse, and bind the optimized symbol natively.
+    """The pass proper: :func:`optimize`, then MXNet's own bind of the optimized symbol (:func:`bind_optimized`).
 
     Args:
-        request: The bind; ``request.ctx`` and ``request.native_bind`` are required.
+        request: The bind; ``request.ctx``, ``request.backend`` and ``request.native_bind`` are required.
 
     Returns:
         The bound executor (with ``executor._mx_trt`` set) and its :class:`BindInfo`.
@@ -111,12 +110,29 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     Raises:
         MxTrtError: the request cannot be served (the front-end decides whether to fall back).
     """
+    info = optimize(request)
+    t0 = time.perf_counter()
+    exe = bind_optimized(request, info)
+    info.timings["bind"] = time.perf_counter() - t0
+    return exe, info
+
+
+def optimize(request: BindRequest) -> BindInfo:
+    """Analyze, get an engine per subgraph, and fuse: the optimized symbol, not yet bound.
+
+    ``info.symbol`` holds the fused nodes (MXNet ``Custom`` nodes naming their
+    engines, which live as long as ``info``) and the native nodes; weights
+    baked into engines are no longer among its arguments (``info.absorbed``).
+
+    Raises:
+        MxTrtError: the request cannot be served.
+    """
     import mxnet as mx
 
-    if request.ctx is None or request.native_bind is None or request.backend is None:
-        raise MxTrtError("a bind request needs ctx, backend and native_bind")
-    sym, ctx, backend, settings = request.symbol, request.ctx, request.backend, request.settings
-    params, shapes, type_dict = request.params, request.shapes, request.type_dict
+    if request.backend is None:
+        raise MxTrtError("a bind request needs a backend")
+    sym, backend, settings = request.symbol, request.backend, request.settings
+    params, shapes = request.params, request.shapes
     t0 = time.perf_counter()
     timings: Dict[str, float] = {}
     plan = analyze(request)
@@ -138,7 +154,7 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
 
     t1 = time.perf_counter()
-    cache = _engine_cache()
+    cache = _engine_cache(settings)
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
     provider = EngineProvider(backend, request.device_id, cache, progress.phase)
@@ -176,7 +192,33 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     new_sym = mx.sym.load_json(graph_to_json(new_graph, extra))
     timings["fuse"] = time.perf_counter() - t2
 
-    t3 = time.perf_counter()
+    new_args = set(new_sym.list_arguments())
+    new_aux = set(new_sym.list_auxiliary_states())
+    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
+    digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
+    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
+                    native_failures=failures, backend=backend.name, timings=timings,
+                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses)
+    inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
+    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s",
+                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
+    return info
+
+
+def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
+    """MXNet's own ``simple_bind`` (``request.native_bind``) of ``info.symbol``, native weights from ``request.params``.
+
+    Arguments that stayed native take their arrays from the request's weights
+    (shared where ctx, shape and dtype match, else copied); aux states are copied.
+
+    Returns:
+        The executor, with ``executor._mx_trt = info``.
+    """
+    import mxnet as mx
+
+    if request.ctx is None or request.native_bind is None:
+        raise MxTrtError("binding needs the request's ctx and native_bind")
+    new_sym, graph, params, shapes = info.symbol, info.plan.graph, request.params, request.shapes
     new_args = set(new_sym.list_arguments())
     new_aux = set(new_sym.list_auxiliary_states())
     # Arguments nobody gave a shape for (weights missing from shared_buffer) keep the inferred one.
@@ -186,8 +228,8 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     # the caller overwrite it); its value still comes from shared_buffer, as natively.
     native_buf = {k: v for k, v in params.items() if k in new_args and isinstance(v, mx.nd.NDArray)
                   and (k not in shapes or tuple(v.shape) == tuple(shapes[k]))}
-    tdict = {k: v for k, v in (type_dict or {}).items() if k in new_args}
-    exe = request.native_bind(new_sym, ctx, grad_req="null", type_dict=tdict or None,
+    tdict = {k: v for k, v in (request.type_dict or {}).items() if k in new_args}
+    exe = request.native_bind(new_sym, request.ctx, grad_req="null", type_dict=tdict or None,
                               shared_arg_names=request.shared_arg_names, shared_exec=request.shared_exec,
                               shared_buffer=native_buf, **bind_shapes)
     # Native weights: shared_buffer arrays were reused where ctx/shape/dtype match;
@@ -198,18 +240,8 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     for name in sorted(new_aux):
         if name in params:
             _copy_into(exe.aux_dict[name], params[name])
-    timings["bind"] = time.perf_counter() - t3
-
-    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
-    digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
-    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
-                    native_failures=failures, backend=backend.name, timings=timings,
-                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses)
     exe._mx_trt = info
-    inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
-    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); bind took %.2f s",
-                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
-    return exe, info
+    return exe
 
 
 def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:
@@ -238,10 +270,18 @@ def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]
     return g, extra
 
 
-def _engine_cache() -> Any:
-    """The plan cache from the environment, or ``None`` (disabled or unusable, with a warning)."""
+def _engine_cache(settings: Settings) -> Any:
+    """The plan cache of this bind (``settings.cache_dir``, else the environment), or ``None``.
+
+    ``None`` when disabled, or unusable (with a warning): a bind never fails for its cache.
+    """
     try:
-        return EngineCache.from_env()
+        if settings.cache_dir is None:
+            return EngineCache.from_env()
+        if not settings.cache_dir.strip():
+            return None
+        config = env_config()
+        return EngineCache(settings.cache_dir, max_bytes=config[1] if config else DEFAULT_MAX_MB << 20)
     except (CacheError, OSError) as exc:
         logger.warning("plan cache disabled: %s", exc)
         return None

@@ -82,6 +82,29 @@ class FusedEngine:
             return self.engine.output_shapes(shapes)
 
 
+#: Engines kept alive by a symbol rather than an executor (``Symbol.optimize_for``): key -> engine.
+_PINNED: Dict[str, FusedEngine] = {}
+
+
+def pin(engines: Sequence[FusedEngine]) -> None:
+    """Keep engines alive without an owner (a symbol returned by ``optimize_for`` holds only their keys)."""
+    with _lock:
+        for e in engines:
+            _PINNED[e.key] = e
+
+
+def unpin(keys: Sequence[str]) -> int:
+    """Stop keeping the engines of ``keys`` alive; returns how many were pinned. They go once no executor uses them."""
+    with _lock:
+        return sum(_PINNED.pop(k, None) is not None for k in keys)
+
+
+def pinned_keys() -> List[str]:
+    """Keys of the engines kept alive by :func:`pin`."""
+    with _lock:
+        return sorted(_PINNED)
+
+
 def lookup_engine(key: str) -> FusedEngine:
     try:
         return _ENGINES[key]

@@ -24,7 +24,7 @@ from mx_trt import cache as cache_mod
 from mx_trt.cache import DEFAULT_MAX_MB, CacheEntry, EngineCache, default_cache_dir, make_key
 from mx_trt.errors import CacheError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 KEY = make_key({"model": "k"})
 K2 = make_key({"model": "k2"})

@@ -1,7 +1,6 @@
-"""The bind hook end to end on small graphs, against MXNet's own output.
+"""The pass end to end on small graphs: partitions, weights, engines, native fallbacks per subgraph.
 
-Tolerance: fp32, ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL) for these
-few-layer graphs.
+Each test compares with MXNet's own output (fp32: ``rtol=1e-4, atol=1e-5``).
 """
 from __future__ import annotations
 
@@ -15,45 +14,8 @@ import mx_trt
 from mx_trt.runtime import fused_op
 from mx_trt.errors import BackendUnavailableError, ParamMismatchError, ShapeError
 from tests import userops
-from tests.mxcheck import OP_TOL, random_inputs, random_params
-
-RTOL, ATOL = OP_TOL["float32"]
-
-
-def conv_relu(x, name, ch=4):
-    c = mx.sym.Convolution(x, num_filter=ch, kernel=(3, 3), pad=(1, 1), name=f"{name}_conv")
-    return mx.sym.Activation(c, act_type="relu", name=f"{name}_relu")
-
-
-def bind(sym, shapes, args, aux, inputs, on: bool, monkeypatch, **kw):
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1" if on else "0")
-    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **shapes, **kw)
-    if not on:
-        exe.copy_params_from(args, aux)
-    for k, v in inputs.items():
-        exe.arg_dict[k][:] = v
-    exe.forward(is_train=False)
-    return exe, [o.asnumpy() for o in exe.outputs]
-
-
-def compare(sym, shapes, monkeypatch, seed=0):
-    args, aux = random_params(sym, shapes, seed)
-    inputs = random_inputs(shapes, seed + 1)
-    _, ref = bind(sym, shapes, args, aux, inputs, False, monkeypatch)
-    exe, got = bind(sym, shapes, args, aux, inputs, True, monkeypatch)
-    assert len(ref) == len(got)
-    for r, g in zip(ref, got):
-        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
-    return exe
-
-
-def subgraph_names(exe):
-    info = mx_trt.bind_info(exe)
-    g = info.plan.graph
-    return [sorted(g.nodes[n].name for n in sg.nodes) for sg in info.plan.partition.subgraphs]
-
-
-SHAPES = {"data": (2, 3, 8, 8)}
+from tests.bindcheck import ATOL, RTOL, SHAPES, bind, compare, conv_relu, subgraph_names
+from tests.mxcheck import random_inputs, random_params
 
 
 def test_unsupported_in_the_middle(monkeypatch):
@@ -96,32 +58,6 @@ def test_several_inputs_and_outputs(monkeypatch):
     compare(s, {"data": (2, 3, 8, 8), "data2": (2, 3, 8, 8)}, monkeypatch)
 
 
-def test_on_off_on_in_one_process(monkeypatch):
-    x = mx.sym.var("data")
-    s = mx.sym.FullyConnected(conv_relu(x, "a"), num_hidden=5, name="fc")
-    args, aux = random_params(s, SHAPES)
-    inputs = random_inputs(SHAPES)
-    outs = []
-    for on in (True, False, True):
-        exe, got = bind(s, SHAPES, args, aux, inputs, on, monkeypatch)
-        assert (mx_trt.bind_info(exe) is not None) == on
-        outs.append(got[0])
-    np.testing.assert_allclose(outs[0], outs[1], rtol=RTOL, atol=ATOL)
-    np.testing.assert_array_equal(outs[0], outs[2])
-
-
-def test_design_spelling_of_the_variable(monkeypatch):
-    monkeypatch.delenv("MXNET_USE_TENSORRT", raising=False)
-    monkeypatch.setenv("MXNet_USE_TENSORRT", "1")
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
-    assert mx_trt.bind_info(exe) is not None
-    monkeypatch.setenv("MXNet_USE_TENSORRT", "0")
-    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
-    assert mx_trt.bind_info(exe) is None
-
-
 def test_memory_only_for_native_nodes(monkeypatch):
     # Weights inside engines are not allocated by the executor; native ones are.
     x = mx.sym.var("data")
@@ -159,22 +95,6 @@ def test_copy_params_from_full_dicts(monkeypatch):
     changed["a_conv_weight"] = args["a_conv_weight"] + 1
     with pytest.raises(ParamMismatchError, match="bind again"):
         exe.copy_params_from(changed, aux)
-
-
-def test_gradients_requested_bind_natively_with_one_warning(monkeypatch, caplog):
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
-    with caplog.at_level(logging.WARNING, logger="mx_trt"):
-        exe = s.simple_bind(mx.cpu(), grad_req="write", shared_buffer={**args, **aux}, **SHAPES)
-    assert mx_trt.bind_info(exe) is None
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "grad_req" in warnings[0].getMessage()
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="mx_trt"):
-        exe = s.simple_bind(mx.cpu(), grad_req="null", **SHAPES)
-    assert mx_trt.bind_info(exe) is None
-    assert len(caplog.records) == 1 and "shared_buffer" in caplog.records[0].getMessage()
 
 
 def test_failed_engine_build_leaves_subgraph_native(monkeypatch, caplog):
@@ -220,76 +140,6 @@ def test_detection_style_nms_stays_native(monkeypatch):
     native_ops = {info.plan.graph.nodes[n].op for n in info.plan.partition.native}
     assert native_ops == {"_contrib_box_nms"}
     assert len(info.engines) == 1
-
-
-def test_wrong_shape_binds_natively_with_one_warning_or_raises_when_strict(monkeypatch, caplog):
-    """MXNet binds a data shape that contradicts the weights (it re-allocates them): so does the
-    hook, natively, with one warning. MXNET_TENSORRT_STRICT=1 turns it into the typed error."""
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
-    with caplog.at_level(logging.WARNING, logger="mx_trt"):
-        exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=(2, 5, 8, 8))
-    assert mx_trt.bind_info(exe) is None
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "binding natively" in warnings[0].getMessage()
-    assert "Shape inconsistent" in warnings[0].getMessage()
-    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
-    with pytest.raises(ShapeError):
-        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=(2, 5, 8, 8))
-
-
-def test_keywords_mxnet_ignores_are_ignored(monkeypatch):
-    """simple_bind reads a keyword as a shape only if it is a tuple of an input's name, as MXNet 1.9.1 does."""
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
-    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
-    exe = s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, data=SHAPES["data"],
-                        dta=(1,), force_rebind=True, data_list=[2, 3, 8, 8])
-    assert mx_trt.bind_info(exe) is not None and len(mx_trt.bind_info(exe).engines) == 1
-
-
-def test_forced_missing_backend_is_an_error(monkeypatch):
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
-    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "no_such_backend")
-    with pytest.raises(BackendUnavailableError, match="no_such_backend"):
-        s.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
-
-
-def test_tensorrt_bind_and_contrib_names(monkeypatch):
-    monkeypatch.delenv("MXNET_USE_TENSORRT", raising=False)
-    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=4, name="fc")
-    args, aux = random_params(s, SHAPES)
-    exe = mx_trt.tensorrt_bind(s, mx.cpu(), {**args, **aux}, data=SHAPES["data"])
-    opt = mx_trt.get_optimized_symbol(exe)
-    assert opt.list_arguments() == ["data"]
-    assert mx_trt.init_tensorrt_params(opt, args, aux) == ({}, {})
-    assert not mx_trt.get_use_tensorrt()
-    mx_trt.set_use_tensorrt(True)
-    assert mx_trt.get_use_tensorrt()
-    mx_trt.set_use_tensorrt(False)
-    mx_trt.set_use_fp16(True)
-    assert mx_trt.get_use_fp16()
-    mx_trt.set_use_fp16(False)
-    assert not mx_trt.get_use_fp16()
-
-
-@pytest.mark.parametrize("req", ["write", "inplace", "add", "null"])
-def test_fused_operator_honours_req(req, monkeypatch):
-    s = conv_relu(mx.sym.var("data"), "a")
-    args, aux = random_params(s, SHAPES)
-    exe, got = bind(s, SHAPES, args, aux, random_inputs(SHAPES), True, monkeypatch)
-    fused = mx_trt.bind_info(exe).engines[0]
-    op = fused_op.make_operator(fused)
-    x = exe.arg_dict["data"].copy()
-    out = mx.nd.ones(got[0].shape)
-    mx.nd.waitall()
-    op.forward(False, [req], [x], [out], [])
-    expect = {"write": got[0], "inplace": got[0], "add": got[0] + 1, "null": np.ones_like(got[0])}[req]
-    np.testing.assert_allclose(out.asnumpy(), expect, rtol=RTOL, atol=ATOL)
 
 
 def test_weight_missing_from_shared_buffer_is_a_logged_runtime_input(monkeypatch, caplog):

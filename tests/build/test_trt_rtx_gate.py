@@ -3,7 +3,7 @@
 CI has no GPU, but TensorRT-RTX's builder (NVIDIA's ONNX parser included) runs
 without one. For every model the suite accelerates -- the 34 architectures of
 ``mxnet.gluon.model_zoo.vision`` at batch 1 and the synthetic graphs of
-``tests/test_bind.py`` -- the gate runs mx_trt's own analysis and export for
+``tests/pipeline/test_bind.py`` -- the gate runs mx_trt's own analysis and export for
 each subgraph, exactly as a bind does (batch-dynamic where the export allows
 it, with the profile min 1 / opt 1 / max 4; static otherwise), then parses and
 builds an engine. The fp16 leg does the same with fp16 graphs.
@@ -36,9 +36,9 @@ from mx_trt.settings import Settings
 from mx_trt.passes.fuse import boundary
 from tests import userops
 from tests.mxcheck import random_params
-from tests.test_bind import conv_relu
+from tests.bindcheck import conv_relu
 from tests.models.thirdparty import MODELS as THIRDPARTY
-from tests.test_model_zoo import ZOO, zoo_model
+from tests.models.test_model_zoo import ZOO, zoo_model
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def test_thirdparty_model_builds(name, fp16, backend, default_engine_rule):
     assert stats["subgraphs"] >= 1
 
 
-# The synthetic graphs of tests/test_bind.py (a user's custom op splits some of them).
+# The synthetic graphs of tests/pipeline/test_bind.py (a user's custom op splits some of them).
 
 
 def _middle():

@@ -19,7 +19,7 @@ from mx_trt.errors import GraphImportError
 from mx_trt.graph.importer import symbol_to_graph
 from tests import userops
 from tests.mxcheck import OP_TOL, random_inputs, random_params
-from tests.test_bind import bind, conv_relu
+from tests.bindcheck import bind, conv_relu
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPES = {"data": (2, 3, 8, 8)}

@@ -1,0 +1,104 @@
+"""What every front-end does the same way: settings for one call, the backend, and the fallback rule.
+
+The rule of every front-end: whatever stops the pass costs one warning naming
+the cause, and the user's call then runs natively. With
+``MXNET_TENSORRT_STRICT=1`` (or the ``strict`` option) the error is raised instead.
+A backend forced by name (``MXNET_TENSORRT_BACKEND`` or the ``backend``
+option) that is missing is always an error.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+from mx_trt.build.backends import Backend, select_backend
+from mx_trt.errors import BackendUnavailableError, MxTrtError
+from mx_trt.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class NativeFallback(Exception):
+    """Raised inside :func:`guarded` to leave the pass for a native run (the message is the cause)."""
+
+
+def strict_env() -> bool:
+    """``MXNET_TENSORRT_STRICT`` read on its own (when the other settings could not be read)."""
+    return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "backend options") -> Settings:
+    """The settings of one call: the environment, then explicit options (which win).
+
+    Raises:
+        MxTrtError: an environment value or an option is not allowed (the message names it).
+    """
+    settings = Settings.from_env()
+    return settings.with_options(options, where) if options else settings
+
+
+def call_backend(ctx: Any, settings: Settings) -> Backend:
+    """The backend for ``ctx``.
+
+    Raises:
+        BackendUnavailableError: none serves ``ctx`` (a :class:`NativeFallback` case unless forced by name).
+    """
+    return select_backend(ctx.device_type, settings.backend)
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line, at most 400 characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
+            options: Optional[Mapping[str, Any]] = None) -> T:
+    """Run ``accelerated()``; on any failure log one warning and run ``native()`` instead.
+
+    Args:
+        what: What happens instead, ending the warning: ``"binding natively"``,
+            ``"Module.set_params runs natively"``, ...
+        accelerated: The call with the pass.
+        native: The same call without it.
+        options: The call's explicit options, whose ``strict`` and ``backend`` win over the environment's.
+
+    Raises:
+        BackendUnavailableError: a backend forced by name is missing.
+        Exception: whatever ``accelerated`` raised, when strict (a :class:`NativeFallback` never).
+    """
+    try:
+        return accelerated()
+    except NativeFallback as exc:
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", exc, what)
+    except BackendUnavailableError as exc:
+        if _forced_backend(options) or _strict(options):
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", exc, what)
+    except MxTrtError as exc:
+        if _strict(options):
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", one_line(exc), what)
+    except Exception as exc:  # noqa: BLE001 - any failure of the pass means a native run, never a crash
+        if _strict(options):
+            raise
+        logger.warning("MXNET_USE_TENSORRT=1 but the pass failed on this graph (%s: %s): %s",
+                       type(exc).__name__, one_line(exc), what)
+        logger.debug("the pass failed", exc_info=True)
+    return native()
+
+
+def _strict(options: Optional[Mapping[str, Any]]) -> bool:
+    if options and "strict" in options:
+        try:
+            return Settings().with_options({"strict": options["strict"]}).strict
+        except MxTrtError:
+            return False
+    return strict_env()
+
+
+def _forced_backend(options: Optional[Mapping[str, Any]]) -> bool:
+    return bool((options or {}).get("backend")) or bool(os.environ.get("MXNET_TENSORRT_BACKEND", "").strip())

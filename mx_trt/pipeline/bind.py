@@ -329,3 +329,4 @@ def _op_summary(graph: Graph, nodes: Sequence[int]) -> str:
     counts: Dict[str, int] = {}
     for nid in nodes:
         counts[graph.nodes[nid].op] = counts.get(graph.nodes[nid].op, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))

@@ -1,8 +1,9 @@
 """mx_trt: run MXNet models on TensorRT (or ONNX Runtime) by setting ``MXNET_USE_TENSORRT=1``.
 
 Importing the package hands the ``simple_bind`` hook the pass
-(:func:`mx_trt.frontends.simple_bind.accelerated_simple_bind`) and installs the
-hook: at once when ``mxnet`` is already imported, else as soon as it is (so
+(:func:`mx_trt.frontends.simple_bind.accelerated_simple_bind`), registers the
+other front-ends (``Symbol.optimize_for``/``bind``, Module, Gluon) and installs
+the hooks: at once when ``mxnet`` is already imported, else as soon as it is (so
 importing the package, its settings or its passes never imports mxnet). With
 the package installed, the start-up hook (``mx_trt_autoload``) imports it as
 soon as ``mxnet`` is imported.
@@ -27,7 +28,10 @@ from mx_trt.errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from mx_trt.frontends import gluon as _gluon
 from mx_trt.frontends import hook as _hook
+from mx_trt.frontends import module as _module
+from mx_trt.frontends import symbol as _symbol
 from mx_trt.frontends.contrib import (
     bind_info,
     get_optimization_profiles,
@@ -35,6 +39,8 @@ from mx_trt.frontends.contrib import (
     get_use_fp16,
     get_use_tensorrt,
     init_tensorrt_params,
+    refresh,
+    release,
     set_optimization_profiles,
     set_use_fp16,
     set_use_tensorrt,
@@ -45,10 +51,12 @@ from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated
 __all__ = [
     "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
-    "get_optimization_profiles",
+    "get_optimization_profiles", "refresh", "release",
     "BackendUnavailableError", "CacheError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)
+for _install in (_symbol.install, _module.install, _gluon.install):  # the other front-ends, once mxnet is hooked
+    _hook.add_installer(_install)
 _hook.install_when_mxnet_imported()

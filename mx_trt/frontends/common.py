@@ -56,37 +56,42 @@ def one_line(exc: BaseException) -> str:
 
 
 def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
-            options: Optional[Mapping[str, Any]] = None) -> T:
+            options: Optional[Mapping[str, Any]] = None, fallback: Optional[str] = None,
+            prefix: str = "MXNET_USE_TENSORRT=1 but") -> T:
     """Run ``accelerated()``; on any failure log one warning and run ``native()`` instead.
 
+    The warning reads ``"<prefix> <cause>: <fallback>"``, e.g. ``"MXNET_USE_TENSORRT=1
+    but <cause>: Module.forward runs natively"``.
+
     Args:
-        what: What happens instead, ending the warning: ``"binding natively"``,
-            ``"Module.set_params runs natively"``, ...
+        what: The user's call (``"Module.forward"``, ``"the Gluon block 'net'"``).
         accelerated: The call with the pass.
         native: The same call without it.
         options: The call's explicit options, whose ``strict`` and ``backend`` win over the environment's.
+        fallback: What happens instead; default ``"<what> runs natively"``.
+        prefix: What asked for the pass (the switch, or an explicit backend name).
 
     Raises:
         BackendUnavailableError: a backend forced by name is missing.
         Exception: whatever ``accelerated`` raised, when strict (a :class:`NativeFallback` never).
     """
+    tail = fallback or f"{what} runs natively"
     try:
         return accelerated()
     except NativeFallback as exc:
-        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", exc, what)
+        logger.warning("%s %s: %s", prefix, exc, tail)
     except BackendUnavailableError as exc:
         if _forced_backend(options) or _strict(options):
             raise
-        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", exc, what)
+        logger.warning("%s %s: %s", prefix, exc, tail)
     except MxTrtError as exc:
         if _strict(options):
             raise
-        logger.warning("MXNET_USE_TENSORRT=1 but %s: %s", one_line(exc), what)
+        logger.warning("%s %s: %s", prefix, one_line(exc), tail)
     except Exception as exc:  # noqa: BLE001 - any failure of the pass means a native run, never a crash
         if _strict(options):
             raise
-        logger.warning("MXNET_USE_TENSORRT=1 but the pass failed on this graph (%s: %s): %s",
-                       type(exc).__name__, one_line(exc), what)
+        logger.warning("%s the pass failed on this graph (%s: %s): %s", prefix, type(exc).__name__, one_line(exc), tail)
         logger.debug("the pass failed", exc_info=True)
     return native()
 

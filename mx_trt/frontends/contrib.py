@@ -9,8 +9,8 @@ import logging
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from mx_trt.frontends import hook
 from mx_trt.errors import MxTrtError
+from mx_trt.frontends import gluon, hook, module, symbol
 from mx_trt.settings import get_optimization_profiles, get_use_fp16, set_optimization_profiles, set_use_fp16
 
 logger = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "set_use_tensorrt", "get_use_tensorrt", "set_use_fp16", "get_use_fp16",
     "tensorrt_bind", "get_optimized_symbol", "init_tensorrt_params", "bind_info",
-    "set_optimization_profiles", "get_optimization_profiles",
+    "set_optimization_profiles", "get_optimization_profiles", "refresh", "release",
 ]
 
 
@@ -81,3 +81,32 @@ def init_tensorrt_params(sym: Any, arg_params: Mapping[str, Any], aux_params: Ma
     args = set(sym.list_arguments())
     aux = set(sym.list_auxiliary_states())
     return ({k: v for k, v in arg_params.items() if k in args}, {k: v for k, v in aux_params.items() if k in aux})
+
+
+def refresh(obj: Any = None) -> None:
+    """Make accelerated Gluon blocks or Modules check their weights before their next forward.
+
+    Changes made through MXNet (``set_data``, ``load_parameters``, ``set_params``,
+    a ``Trainer`` step, a training forward) are seen without it; call it after
+    writing into a weight array in place (``p.data()[:] = v``). Engines whose
+    weights changed are built again, the others kept.
+
+    Args:
+        obj: A Gluon block, a ``Module``/``BucketingModule``, or ``None`` for every Gluon block.
+
+    Raises:
+        MxTrtError: ``obj`` is neither.
+    """
+    import mxnet as mx
+
+    if obj is None or isinstance(obj, mx.gluon.Block):
+        gluon.refresh(obj)
+    elif isinstance(obj, mx.mod.BaseModule):
+        module.refresh(obj)
+    else:
+        raise MxTrtError(f"refresh takes a Gluon block or a Module, not {type(obj).__name__}")
+
+
+def release(sym: Any) -> int:
+    """Let the engines of a symbol returned by ``Symbol.optimize_for('TensorRT')`` go; returns how many."""
+    return symbol.release(sym)

@@ -99,4 +99,4 @@ def accelerated_simple_bind(
                               native_bind=original, shared_arg_names=shared_arg_names, shared_exec=shared_exec)
         return bind(request)[0]
 
-    return guarded("binding natively", accelerated, native)
+    return guarded("simple_bind", accelerated, native, fallback="binding natively")

@@ -16,6 +16,7 @@ import atexit
 import ctypes
 import itertools
 import logging
+import secrets
 import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -33,6 +34,7 @@ ENGINE_ATTR = "mx_trt_engine"
 _ENGINES: "weakref.WeakValueDictionary[str, FusedEngine]" = weakref.WeakValueDictionary()
 _counter = itertools.count()
 _lock = threading.Lock()
+_PROCESS = secrets.token_hex(4)
 
 
 class FusedEngine:
@@ -57,9 +59,9 @@ class FusedEngine:
         self.rebuild: Optional[Callable[[int], Engine]] = None
         self.lock = threading.Lock()
         with _lock:
-            self.key = f"{name}:{next(_counter)}"
+            # The process's token keeps a symbol saved elsewhere from naming one of this process's engines.
+            self.key = f"{name}:{_PROCESS}:{next(_counter)}"
             _ENGINES[self.key] = self
-
 
     def output_shapes(self, shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, ...]]:
         """Output shapes for ``shapes``; outside the engine's batch profiles, build a new engine.

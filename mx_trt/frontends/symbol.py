@@ -1,0 +1,508 @@
+"""``Symbol.optimize_for('TensorRT')`` and ``Symbol.bind`` with the pass.
+
+``Symbol.optimize_for(backend, args, aux, ctx, shape_dict, ...)`` with the
+backend ``'TensorRT'`` (any case) or ``'mx_trt'`` returns the partitioned
+symbol: fused nodes running engines, plus the native nodes. As MXNet 1.9.1 does
+for its own backends, ``args`` and ``aux`` are updated in place: the weights
+baked into engines are removed from them. Any other backend name goes to
+MXNet's own ``optimize_for`` untouched. The environment switch plays no part:
+naming the backend runs the pass.
+
+Which inputs are data: the names in ``shape_dict``, the names of the
+``data_names=[...]`` option and those of ``MXNET_TENSORRT_DATA_NAMES``; every
+other entry of ``args`` and ``aux`` is a weight baked into the engines. Data
+shapes come from ``shape_dict``, else from the data's arrays in ``args``.
+
+An optimized symbol is **process-local**: its fused nodes name engines that live
+in this process. They stay alive (pinned) until :func:`release` is called with
+the symbol and no executor uses them (MXNet itself keeps the nodes, hence the
+engines, of a symbol with custom operators once it has been serialized with
+``tojson``/``save``). Saving the symbol and loading it in another process cannot find
+them; loading one whose engines are gone raises :class:`MxTrtError` (rather
+than MXNet crashing in the custom operator's constructor). The portable route
+is ``mx_trt.export_model`` and ``mx_trt.load``.
+
+``Symbol.bind`` runs the pass when ``MXNET_USE_TENSORRT=1`` and the bind is for
+inference (no ``args_grad``, or every ``grad_req`` ``'null'``). Every argument
+arrives as an array, so which are weights is a guess, made conservatively
+(:func:`looks_like_parameter`): the aux states, plus the arguments whose names
+end as parameters do (``_weight``, ``_bias``, ``_gamma``, ``_beta``,
+``_moving_mean``, ...). ``MXNET_TENSORRT_DATA_NAMES=a,b`` names inputs that are
+data whatever their names. A weight taken for data only stays an input of its
+engine; data taken for a weight would be baked in and give wrong answers, hence
+the rule. The optimized symbol is bound with MXNet's own ``bind`` on the
+caller's arrays, so writing ``args['data']`` reaches the executor. Weights
+baked into engines are read once, at bind time.
+
+A symbol that already holds fused nodes is never optimized again: ``bind`` and
+``simple_bind`` bind it natively.
+
+Whatever stops the pass costs one warning and MXNet's own result for the call
+(:func:`mx_trt.frontends.common.guarded`); the ``strict`` option or
+``MXNET_TENSORRT_STRICT=1`` raises instead.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import warnings
+from typing import Any, Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+
+from mx_trt.errors import MxTrtError
+from mx_trt.frontends import hook
+from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt.pipeline.bind import BindInfo, optimize
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, lookup_engine, pin, unpin
+
+logger = logging.getLogger(__name__)
+
+#: Backend names ``optimize_for`` answers for (compared in lower case); others go to MXNet.
+BACKEND_NAMES = ("tensorrt", "mx_trt")
+#: Comma-separated input names that are data, whatever their names (``bind`` and ``optimize_for``).
+DATA_NAMES_ENV = "MXNET_TENSORRT_DATA_NAMES"
+#: Name endings of the arguments ``Symbol.bind`` takes for weights (Gluon, Module and model zoo names).
+PARAM_SUFFIXES = ("weight", "bias", "gamma", "beta", "alpha", "moving_mean", "moving_var",
+                  "running_mean", "running_var")
+_PARAM_RE = re.compile(r"(^|_)(" + "|".join(PARAM_SUFFIXES) + r")$")
+
+_lock = threading.Lock()
+_originals: Dict[str, Any] = {}
+
+
+def is_our_backend(backend: Any) -> bool:
+    """True when ``optimize_for``'s backend name means this pass (``'TensorRT'`` in any case, or ``'mx_trt'``)."""
+    return isinstance(backend, str) and backend.strip().lower() in BACKEND_NAMES
+
+
+def looks_like_parameter(name: str) -> bool:
+    """True when an argument's name ends as a parameter's does (``conv0_weight``, ``bn_moving_var``, ...)."""
+    return bool(_PARAM_RE.search(name))
+
+
+def env_data_names() -> FrozenSet[str]:
+    """The input names ``MXNET_TENSORRT_DATA_NAMES`` declares data (read at every call)."""
+    raw = os.environ.get(DATA_NAMES_ENV, "")
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
+def fused_engine_keys(symbol: Any) -> List[str]:
+    """The engine keys named by the fused nodes of ``symbol`` (a Symbol or its JSON text).
+
+    A Symbol is read through its node attributes, not ``tojson()``: MXNet keeps
+    the nodes of a symbol with custom operators alive once it is serialized
+    (measured with MXNet 1.9.1), which would keep their engines alive too.
+
+    Raises:
+        MxTrtError: the JSON text cannot be read.
+    """
+    if not isinstance(symbol, str):
+        return [str(a[ENGINE_ATTR]) for a in symbol.attr_dict().values()
+                if a.get("op_type") == OP_TYPE and ENGINE_ATTR in a]
+    if OP_TYPE not in symbol:
+        return []
+    try:
+        nodes = json.loads(symbol).get("nodes", [])
+    except (ValueError, AttributeError) as exc:
+        raise MxTrtError(f"not a symbol's JSON: {exc}") from None
+    keys: List[str] = []
+    for node in nodes:
+        attrs = node.get("attrs") or node.get("attr") or node.get("param") or {}
+        if node.get("op") == "Custom" and attrs.get("op_type") == OP_TYPE and ENGINE_ATTR in attrs:
+            keys.append(str(attrs[ENGINE_ATTR]))
+    return keys
+
+
+def holds_fused_nodes(symbol: Any) -> bool:
+    """True when ``symbol`` was already optimized (it holds fused nodes): the pass does not run on it again."""
+    return bool(fused_engine_keys(symbol))
+
+
+def engines(symbol: Any) -> List[FusedEngine]:
+    """The live engines the fused nodes of ``symbol`` run (``run_count`` counts their forwards)."""
+    found: List[FusedEngine] = []
+    for key in fused_engine_keys(symbol):
+        try:
+            found.append(lookup_engine(key))
+        except MxTrtError:
+            continue
+    return found
+
+
+def release(symbol: Any) -> int:
+    """Stop keeping alive the engines of a symbol returned by ``optimize_for('TensorRT')``.
+
+    Executors bound from the symbol keep their engines until they are freed;
+    the symbol cannot be bound again once they are.
+
+    Args:
+        symbol: The optimized symbol (or its JSON text).
+
+    Returns:
+        How many engines were pinned and are released.
+    """
+    return unpin(fused_engine_keys(symbol))
+
+
+def check_engines_alive(json_text: str) -> None:
+    """Raise if a symbol's JSON names fused engines this process does not have.
+
+    Raises:
+        MxTrtError: some engines are gone (released, or the symbol comes from another process).
+    """
+    keys = fused_engine_keys(json_text)
+    gone = []
+    for key in keys:
+        try:
+            lookup_engine(key)
+        except MxTrtError:
+            gone.append(key)
+    if gone:
+        raise MxTrtError(
+            f"this symbol holds {len(keys)} mx_trt fused node(s) and the engine(s) {', '.join(gone[:5])}"
+            f"{', ...' if len(gone) > 5 else ''} are not in this process (released, or the symbol was optimized "
+            "in another process): an optimized symbol is process-local. Load the original symbol and optimize it "
+            "again, or save the bound model with mx_trt.export_model and load it with mx_trt.load"
+        )
+
+
+# --------------------------------------------------------------------------- optimize_for
+
+
+def _names_option(value: Any, where: str) -> FrozenSet[str]:
+    if value is None:
+        return frozenset()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple, set, frozenset)) or not all(isinstance(x, str) for x in items):
+        raise MxTrtError(f"{where}: data_names={value!r}: expected input names (a list, or one comma-separated string)")
+    return frozenset(x.strip() for x in items if x.strip())
+
+
+def _inputs_of(sym: Any, args: Optional[Mapping[str, Any]], aux: Optional[Mapping[str, Any]],
+               shape_dict: Optional[Mapping[str, Any]], type_dict: Optional[Mapping[str, Any]],
+               data: FrozenSet[str], where: str) -> Tuple[Dict[str, Tuple[int, ...]], Dict[str, Any], Dict[str, Any]]:
+    """``optimize_for``'s arguments read as the pass needs them: data shapes, weights, dtypes.
+
+    Raises:
+        NativeFallback: no input has a shape (the graph cannot be analyzed), or an
+            aux state has no value (it would become an argument of the new symbol).
+    """
+    arg_names, aux_names = list(sym.list_arguments()), list(sym.list_auxiliary_states())
+    names = set(arg_names) | set(aux_names)
+    given: Dict[str, Any] = {}
+    for d in (aux or {}, args or {}):
+        given.update({k: v for k, v in d.items() if k in names})
+    shapes = {k: tuple(int(x) for x in v) for k, v in (shape_dict or {}).items() if k in names}
+    for k in sorted(data):
+        if k not in shapes and k in given:
+            shapes[k] = tuple(int(x) for x in given[k].shape)
+    params = {k: v for k, v in given.items() if k not in data and k not in shapes}
+    # As MXNet: an array's own dtype, else type_dict (which only serves names without an array).
+    types: Dict[str, Any] = {k: v for k, v in (type_dict or {}).items() if k in names}
+    types.update({k: v.dtype for k, v in given.items() if hasattr(v, "dtype")})
+    # An aux state without a value would become an input of its engine, hence an argument
+    # of the new symbol, where copy_params_from(arg_params, aux_params) cannot reach it.
+    no_value = [n for n in aux_names if n not in params and n not in shapes and n not in data]
+    if no_value:
+        raise NativeFallback(f"the aux states {', '.join(no_value[:3])}{', ...' if len(no_value) > 3 else ''} "
+                             "have no value: pass aux=aux_params (the engines bake them in)")
+    unknown = [n for n in arg_names if n not in params and n not in shapes]
+    if unknown and not shapes:
+        raise NativeFallback(
+            f"no input shape is given ({', '.join(unknown[:3])} has none): pass "
+            f"shape_dict={{{unknown[0]!r}: (...)}}, or name the data with data_names=[...] and give its arrays in args")
+    ignored = sorted(set(shape_dict or {}) - names)
+    if ignored:
+        logger.info("%s: shape_dict names %s, which are not inputs of the symbol; ignored", where, ignored)
+    return shapes, params, types
+
+
+def _update_in_place(old: Any, new: Any, args: Optional[MutableMapping[str, Any]],
+                     aux: Optional[MutableMapping[str, Any]]) -> None:
+    """Update the caller's dicts as MXNet's ``optimize_for`` does: drop what ``new`` no longer takes, add what it gained."""
+    values: Dict[str, Any] = {}
+    for d in (aux, args):
+        values.update(d or {})
+    for d, old_names, new_names in ((args, old.list_arguments(), new.list_arguments()),
+                                    (aux, old.list_auxiliary_states(), new.list_auxiliary_states())):
+        keep = set(new_names)
+        gained = [n for n in new_names if n in values and (d is None or n not in d)]
+        deleted = [n for n in old_names if n not in keep]
+        if d is None:
+            if deleted or gained:
+                warnings.warn("A param was deleted during optimization, but no args dictionary was provided.\n"
+                              "Please ensure that your model weights match the newly optimized model.")
+            continue
+        for n in gained:
+            d[n] = values[n]
+        for n in deleted:
+            d.pop(n, None)
+
+
+def optimize_for(sym: Any, backend: str, args: Optional[Dict[str, Any]] = None, aux: Optional[Dict[str, Any]] = None,
+                 ctx: Any = None, shape_dict: Optional[Mapping[str, Any]] = None,
+                 type_dict: Optional[Mapping[str, Any]] = None, stype_dict: Optional[Mapping[str, str]] = None,
+                 skip_infer: bool = False, **kwargs: Any) -> Any:
+    """``Symbol.optimize_for`` with the pass for ``'TensorRT'``/``'mx_trt'``; MXNet's own for other backends.
+
+    Args:
+        sym: The symbol.
+        backend: The backend name.
+        args / aux: Arrays by name: the weights to bake in (updated in place: the
+            absorbed ones are removed), and possibly data arrays named by
+            ``shape_dict`` or ``data_names``.
+        ctx: The context the engines are built for (default: the current context).
+        shape_dict: Shapes of the data inputs.
+        type_dict: Dtypes of inputs without an array.
+        stype_dict: Storage types; anything but dense keeps the symbol native.
+        skip_infer: Ignored by the pass (it needs shape inference).
+        **kwargs: Backend options: ``data_names`` and those of
+            :data:`mx_trt.settings.OPTIONS` (``fp16``, ``max_batch_size``,
+            ``profiles``, ``exclude_ops``, ``min_subgraph_size``, ``engine_rule``,
+            ``backend``, ``strict``, ``cache_dir``); an option wins over the environment.
+
+    Returns:
+        The optimized symbol, whose engines stay alive until :func:`release`. If
+        the pass cannot run (an unknown option, no input shape, any failure):
+        MXNet's own result for the call, after one warning.
+
+    Raises:
+        MxTrtError: with the ``strict`` option (or ``MXNET_TENSORRT_STRICT=1``), whatever stopped the pass.
+        BackendUnavailableError: a backend named by the ``backend`` option is missing.
+    """
+    original = _original("optimize_for")
+
+    def native() -> Any:
+        return original(sym, backend, args, aux, ctx, shape_dict, type_dict, stype_dict, skip_infer, **kwargs)
+
+    if not is_our_backend(backend) or not isinstance(args, (dict, type(None))) or not isinstance(aux, (dict, type(None))):
+        return native()  # MXNet's own, or MXNet's own assertion on the arguments
+    if holds_fused_nodes(sym):
+        logger.info("Symbol.optimize_for(%r): the symbol is already optimized; returned unchanged", backend)
+        return sym.__copy__()
+    what = f"Symbol.optimize_for({backend!r})"
+
+    def accelerated() -> Any:
+        import mxnet as mx
+
+        options = dict(kwargs)
+        data = _names_option(options.pop("data_names", None), f"{what} options") | env_data_names()
+        settings = call_settings(options, f"{what} options")
+        if stype_dict and any(v != "default" for v in stype_dict.values()):
+            raise NativeFallback("sparse storage types are not supported by the pass")
+        if skip_infer:
+            logger.debug("%s: skip_infer is ignored (the pass infers shapes)", what)
+        target = ctx if ctx is not None else mx.context.current_context()
+        shapes, params, types = _inputs_of(sym, args, aux, shape_dict, type_dict, data, what)
+        request = BindRequest(symbol=sym, shapes=shapes, params=params, settings=settings,
+                              backend=call_backend(target, settings), ctx=target, type_dict=types)
+        info = optimize(request)
+        new = info.symbol
+        _update_in_place(sym, new, args, aux)
+        pin(info.engines)
+        logger.info("%s: %d engine(s), %d weight(s) baked in; data inputs %s", what, len(info.engines),
+                    len(info.absorbed), sorted(shapes))
+        return new
+
+    return guarded(what, accelerated, native, kwargs, prefix=f"backend {backend!r}:")
+
+
+# --------------------------------------------------------------------------- bind
+
+
+def _requests(grad_req: Any) -> List[Any]:
+    if isinstance(grad_req, dict):
+        return list(grad_req.values())
+    if isinstance(grad_req, (list, tuple)):
+        return list(grad_req)
+    return [grad_req]
+
+
+def _as_dict(values: Any, names: Sequence[str]) -> Optional[Dict[str, Any]]:
+    """``bind``'s ``args``/``aux_states`` (a list in symbol order or a dict) as a dict; ``None`` if MXNet would refuse it."""
+    import mxnet as mx
+
+    if values is None:
+        return None if names else {}
+    if isinstance(values, (list, tuple)):
+        if len(values) != len(names):
+            return None
+        out = dict(zip(names, values))
+    elif isinstance(values, dict):
+        if any(n not in values for n in names):
+            return None
+        out = {n: values[n] for n in names}
+    else:
+        return None
+    if not all(isinstance(v, mx.nd.NDArray) for v in out.values()):
+        return None
+    return out
+
+
+def _why_native(args_grad: Any, grad_req: Any, group2ctx: Any) -> Optional[str]:
+    if args_grad is not None and any(r != "null" for r in _requests(grad_req)):
+        return f"args_grad is given with grad_req={grad_req!r}: gradients are asked for and engines are inference-only"
+    if group2ctx:
+        return "group2ctx (model parallelism) is not supported by the pass"
+    return None
+
+
+def accelerated_bind(sym: Any, ctx: Any, args: Any, args_grad: Any = None, grad_req: Any = "write",
+                     aux_states: Any = None, group2ctx: Any = None, shared_exec: Any = None) -> Any:
+    """``Symbol.bind`` with the pass (same arguments, same result type); the patched ``bind`` calls it when the switch is on.
+
+    The aux states and the arguments whose names look like parameters
+    (:func:`looks_like_parameter`, minus ``MXNET_TENSORRT_DATA_NAMES``) are baked
+    into engines; the other arguments stay inputs. The optimized symbol is bound
+    with MXNet's own ``bind`` on the caller's arrays.
+
+    Returns:
+        The executor; accelerated ones carry ``executor._mx_trt`` (a :class:`BindInfo`).
+
+    Raises:
+        MxTrtError: only with ``MXNET_TENSORRT_STRICT=1``, whatever stopped the pass.
+        BackendUnavailableError: the backend forced by ``MXNET_TENSORRT_BACKEND`` is missing.
+    """
+    original = _original("bind")
+
+    def native() -> Any:
+        return original(sym, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
+
+    if holds_fused_nodes(sym):
+        logger.debug("Symbol.bind: the symbol is already optimized; bound natively")
+        return native()
+    why = _why_native(args_grad, grad_req, group2ctx)
+    if why:
+        logger.warning("MXNET_USE_TENSORRT=1 but %s: Symbol.bind runs natively", why)
+        return native()
+    argd = _as_dict(args, sym.list_arguments())
+    auxd = _as_dict(aux_states, sym.list_auxiliary_states())
+    if argd is None or auxd is None:
+        return native()  # MXNet says what is wrong with the arrays
+    if any(v.stype != "default" for v in list(argd.values()) + list(auxd.values())):
+        logger.warning("MXNET_USE_TENSORRT=1 but sparse arrays are not supported by the pass: Symbol.bind runs natively")
+        return native()
+
+    def accelerated() -> Any:
+        data = env_data_names()
+        weights = {k: v for k, v in argd.items() if k not in data and looks_like_parameter(k)}
+        weights.update({k: v for k, v in auxd.items() if k not in data})
+        inputs = {k: v for k, v in argd.items() if k not in weights}
+        settings = call_settings()
+        request = BindRequest(symbol=sym, shapes={k: tuple(v.shape) for k, v in inputs.items()}, params=weights,
+                              settings=settings, backend=call_backend(ctx, settings), ctx=ctx,
+                              type_dict={k: v.dtype for d in (argd, auxd) for k, v in d.items()})
+        info = optimize(request)
+        exe = bind_optimized_on(info, ctx, {**auxd, **argd}, shared_exec)
+        logger.info("Symbol.bind: %d engine(s), %d weight(s) baked in; inputs kept %s (set %s to name data inputs)",
+                    len(info.engines), len(info.absorbed), sorted(inputs), DATA_NAMES_ENV)
+        return exe
+
+    return guarded("Symbol.bind", accelerated, native)
+
+
+def bind_optimized_on(info: BindInfo, ctx: Any, arrays: Mapping[str, Any], shared_exec: Any = None) -> Any:
+    """MXNet's own ``bind`` of ``info.symbol`` on the caller's arrays (by name), for inference.
+
+    Returns:
+        The executor, with ``executor._mx_trt = info`` (which owns the engines).
+
+    Raises:
+        MxTrtError: the optimized symbol takes an input no array was given for.
+    """
+    new = info.symbol
+    missing = [n for n in list(new.list_arguments()) + list(new.list_auxiliary_states()) if n not in arrays]
+    if missing:
+        raise MxTrtError(f"the optimized symbol takes {missing[:5]}, which the bind did not give")
+    exe = _original("bind")(new, ctx, {n: arrays[n] for n in new.list_arguments()}, None, "null",
+                            {n: arrays[n] for n in new.list_auxiliary_states()}, None, shared_exec)
+    exe._mx_trt = info
+    return exe
+
+
+# --------------------------------------------------------------------------- install
+
+
+def _original(name: str) -> Any:
+    install()
+    return _originals[name]
+
+
+def install() -> None:
+    """Patch ``Symbol.optimize_for``, ``Symbol.bind``, ``Symbol.simple_bind`` and ``mx.sym.load``/``load_json`` once.
+
+    Idempotent and thread-safe; imports mxnet and installs the ``simple_bind``
+    hook first. With the switch off and no ``'TensorRT'`` backend named, every
+    patched call is MXNet's own, except that loading a symbol whose fused
+    engines are gone raises :class:`MxTrtError`.
+    """
+    if _originals:
+        return
+    hook.install()  # may run this installer itself (hook.add_installer)
+    with _lock:
+        if _originals:
+            return
+        import mxnet as mx
+
+        cls = mx.symbol.Symbol
+        sym_mod = mx.symbol.symbol
+        found = {"optimize_for": cls.optimize_for, "bind": cls.bind, "simple_bind": cls.simple_bind,
+                 "load": sym_mod.load, "load_json": sym_mod.load_json}
+
+        def optimize_for_(self: Any, backend: str, args: Any = None, aux: Any = None, ctx: Any = None,
+                          shape_dict: Any = None, type_dict: Any = None, stype_dict: Any = None,
+                          skip_infer: bool = False, **kwargs: Any) -> Any:
+            return optimize_for(self, backend, args, aux, ctx, shape_dict, type_dict, stype_dict, skip_infer, **kwargs)
+
+        def bind(self: Any, ctx: Any, args: Any, args_grad: Any = None, grad_req: Any = "write",
+                 aux_states: Any = None, group2ctx: Any = None, shared_exec: Any = None) -> Any:
+            if hook.pass_enabled():
+                return accelerated_bind(self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
+            return found["bind"](self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
+
+        def simple_bind(self: Any, ctx: Any, *a: Any, **kw: Any) -> Any:
+            if hook.pass_enabled() and holds_fused_nodes(self):
+                logger.debug("Symbol.simple_bind: the symbol is already optimized; bound natively")
+                with hook.disabled():
+                    return found["simple_bind"](self, ctx, *a, **kw)
+            return found["simple_bind"](self, ctx, *a, **kw)
+
+        def load(fname: str) -> Any:
+            text = _read_text(fname)
+            if text is not None and OP_TYPE in text:
+                check_engines_alive(text)
+            return found["load"](fname)
+
+        def load_json(json_str: str) -> Any:
+            if isinstance(json_str, str) and OP_TYPE in json_str:
+                check_engines_alive(json_str)
+            return found["load_json"](json_str)
+
+        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "simple_bind": simple_bind,
+                                    "load": load, "load_json": load_json}
+        for name, fn in wrappers.items():
+            fn.__doc__ = found[name].__doc__
+            fn.__wrapped__ = found[name]
+            fn.__name__ = name
+        cls.optimize_for = optimize_for_
+        cls.bind = bind
+        cls.simple_bind = simple_bind
+        for module in (sym_mod, mx.symbol):
+            if getattr(module, "load", None) is found["load"]:
+                module.load = load
+            if getattr(module, "load_json", None) is found["load_json"]:
+                module.load_json = load_json
+        _originals.update(found)
+        logger.debug("mx_trt: Symbol.optimize_for, bind and load hooked")
+
+
+def _read_text(fname: Any) -> Optional[str]:
+    """The file's text, or ``None`` when Python cannot read it (MXNet then reads it, e.g. from a URI)."""
+    try:
+        with open(fname, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, TypeError, ValueError):
+        return None

@@ -14,10 +14,12 @@ Sections (see benchmarks/README.md for the latest numbers):
    time (K incompatible nodes): above ``--reference-max`` operators it is not
    run and its time is extrapolated from the two largest sizes measured,
    marked as an estimate.
-2. ``bind``: ResNet-50 v1 bind time natively, with the pass and no plan cache,
-   with a cold cache and with a warm cache (engines found on disk), as
-   ratios to the native bind. Engines kept in memory by earlier binds are
-   forgotten before each bind so every leg does its full work.
+2. ``bind``: ResNet-50 v1 bind time natively (``simple_bind`` alone, and with
+   the ``copy_params_from`` that the design's example adds and that a native
+   executor needs for its aux states), with the pass and no plan cache, with a
+   cold cache and with a warm cache (engines found on disk), as ratios to both
+   native binds. Engines kept in memory by earlier binds are forgotten before
+   each bind so every leg does its full work.
 3. ``fused_node``: the cost of one fused node: the accelerated executor's
    forward time minus its engine's own run time (the same engine called
    directly), next to the forward time of a no-op Python custom operator.
@@ -29,6 +31,9 @@ Sections (see benchmarks/README.md for the latest numbers):
 5. ``models``: GluonCV and GluonNLP models at their real input sizes
    (``benchmarks/bench_models.py``): the partition, and native MXNet against
    the pass with the shipped cost rule and with an engine for every subgraph.
+6. ``memory``: peak RSS and RSS after bind, each variant in its own process
+   (``benchmarks/bench_memory.py``): native, the pass without plan cache, and
+   the pass with a warm cache, on ResNet-50 v1 and a 2 GB FullyConnected.
 
 Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
 ``pip install -r requirements/bench.txt``) and the tables on stdout.
@@ -144,11 +149,16 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
     shape = (1, 3, size, size)
     legs: Dict[str, Any] = {}
 
+    copy = {"on": False}
+
     def bind(on: bool) -> Tuple[float, Any]:
         _forget_engines()
         t = time.perf_counter()
         with (hook.forced() if on else hook.disabled()):
-            exe = sym.simple_bind(mx.cpu(), data=shape, shared_buffer=params, grad_req="null")
+            exe = sym.simple_bind(mx.cpu(), data=shape, shared_buffer=dict(params), grad_req="null")
+            if copy["on"]:
+                exe.copy_params_from(args, aux)
+                mx.nd.waitall()
         return time.perf_counter() - t, exe
 
     def timed(label: str, on: bool, prepare: Optional[Callable[[], None]] = None) -> None:
@@ -169,6 +179,9 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
         logger.info("bind %s: %.3f s", label, leg["median_s"])
 
     timed("native", False)
+    copy["on"] = True
+    timed("native + copy_params_from", False)
+    copy["on"] = False
     with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
         timed("pass, no cache", True)
     with tempfile.TemporaryDirectory(prefix="mx_trt_bench_cache_") as tmp:
@@ -182,8 +195,10 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
             timed("pass, cold cache", True, empty_cache)
             timed("pass, warm cache", True)
     native = legs["native"]["median_s"]
+    native_copy = legs["native + copy_params_from"]["median_s"]
     for leg in legs.values():
         leg["ratio_to_native"] = leg["median_s"] / native
+        leg["ratio_to_native_copy"] = leg["median_s"] / native_copy
     return {"model": model, "shape": list(shape), "repeat": repeat, "legs": legs}
 
 
@@ -361,10 +376,19 @@ def render_tables(res: Dict[str, Any]) -> str:
     if res.get("bind"):
         b = res["bind"]
         out.append(f"Bind cost, {b['model']} {tuple(b['shape'])}, median of {b['repeat']}")
-        rows = [[k, f"{v['median_s']:.3f}", f"{v['ratio_to_native']:.1f}x", str(v.get("engines", "-")),
-                 f"{v['timings'].get('export_build', 0):.3f}" if "timings" in v else "-"]
+        rows = [[k, f"{v['median_s']:.3f}", f"{v['ratio_to_native']:.1f}x",
+                 f"{v['ratio_to_native_copy']:.1f}x" if "ratio_to_native_copy" in v else "-",
+                 str(v.get("engines", "-")), f"{v['timings'].get('export_build', 0):.3f}" if "timings" in v else "-"]
                 for k, v in b["legs"].items()]
-        out.append(_table(["bind", "seconds", "/ native", "engines", "export+build s"], rows))
+        out.append(_table(["bind", "seconds", "/ native", "/ native+copy", "engines", "export+build s"], rows))
+        out.append("")
+    if res.get("memory"):
+        out.append("Memory, MB (each variant in its own process; peak ratio on the native process's baseline)")
+        rows = [[r["model"], r["label"], str(r["base_mb"]), str(r["after_bind_mb"] - r["base_mb"]), str(r["peak_over_base_mb"]),
+                 f"{r['peak_ratio']:.2f}x", f"{r['bind_s']:.2f}", str(r.get("cache_mb", "-"))]
+                for r in res["memory"]]
+        out.append(_table(["model", "variant", "baseline", "+after bind", "+peak", "peak / native", "bind s", "cache MB"],
+                          rows, right_from=2))
         out.append("")
     if res.get("fused_node"):
         out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")
@@ -436,7 +460,7 @@ def plot(res: Dict[str, Any], path: str) -> bool:
         legs = res["bind"]["legs"]
         names = list(legs)
         vals = [legs[k]["median_s"] for k in names]
-        bars = ax.bar(range(len(names)), vals, color=["C7", "C0", "C1", "C2"][: len(names)])
+        bars = ax.bar(range(len(names)), vals, color=["C7", "C8", "C0", "C1", "C2"][: len(names)])
         for bar, k in zip(bars, names):
             ax.annotate(f"{legs[k]['ratio_to_native']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=9)
@@ -536,7 +560,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed runs per end-to-end variant (default 10; quick 3)")
     ap.add_argument("--reference-max", type=int, default=20_000,
                     help="largest graph on which the O(K*V) reference runs (default 20000)")
-    ap.add_argument("--only", default="partition,bind,fused_node,end_to_end,models",
+    ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models",
                     help="comma-separated sections to run")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
@@ -578,6 +602,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
         batches = (1,) if args.quick else BATCHES
         res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
+    if "memory" in only:
+        from bench_memory import bench_memory
+
+        res["memory"] = bench_memory(["resnet18_v1"] if args.quick else ["resnet50_v1", "fc_2gb"])
     if "models" in only:
         import bench_models
 

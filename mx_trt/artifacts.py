@@ -12,6 +12,8 @@ Folder layout::
     OUTDIR/mx_trt.json           manifest: format, backend and version, device, input shapes, engines
     OUTDIR/model-symbol.json     optimized symbol; fused nodes name their subgraph
     OUTDIR/model-0000.params     remaining weights (arg:/aux:), as mx.model.save_checkpoint writes
+    OUTDIR/engines-0000.params   weights the stored engines are fed at load (``subgraph/initializer``);
+                                 stored engines hold only what their backend derived from the weights
     OUTDIR/engines/              plan cache holding one verified entry per fused node
 
 Engines are specific to the backend version and the device they were built
@@ -52,10 +54,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["FORMAT_VERSION", "LoadedModel", "export_model", "load"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: engines-0000.params, weights fed to stored engines at load
 MANIFEST = "mx_trt.json"
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
+ENGINE_WEIGHTS_FILE = "engines-0000.params"
 ENGINES_DIR = "engines"
 
 
@@ -178,10 +181,13 @@ def export_model(
             saved[f"arg:{name}"] = arr
         elif name in new_aux:
             saved[f"aux:{name}"] = arr
+    fed = {f"{fused.name}/{k}": mx.nd.array(v, dtype=v.dtype)
+           for fused in info.engines for k, v in fused.engine.stored_weights().items()}
     try:
         with open(os.path.join(outdir, SYMBOL_FILE), "w", encoding="utf-8") as f:
             f.write(_rewrite_engine_attrs(info.symbol.tojson(), mapping))
         mx.nd.save(os.path.join(outdir, PARAMS_FILE), saved)
+        mx.nd.save(os.path.join(outdir, ENGINE_WEIGHTS_FILE), fed)
     except (OSError, mx.base.MXNetError) as exc:
         raise ExportError(f"cannot write the export to {outdir}: {exc}") from exc
     device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
@@ -196,6 +202,7 @@ def export_model(
         "inputs": {k: list(v) for k, v in shapes.items()},
         "symbol": SYMBOL_FILE,
         "params": PARAMS_FILE,
+        "engine_weights": ENGINE_WEIGHTS_FILE,
         "engines_dir": ENGINES_DIR,
         "engines": records,
         "native_failures": dict(info.native_failures),
@@ -223,7 +230,7 @@ def _manifest_problem(manifest: Any) -> Optional[str]:
     for k in ("backend", "device_type"):
         if not isinstance(manifest.get(k), str):
             return f"{k!r} is missing or not a string"
-    for k in ("symbol", "params", "engines_dir"):
+    for k in ("symbol", "params", "engine_weights", "engines_dir"):
         if k in manifest and not _plain_name(manifest[k]):
             return f"{k!r} is {manifest[k]!r}; expected a file name inside the export"
     inputs = manifest.get("inputs")
@@ -264,6 +271,23 @@ def read_manifest(directory: str) -> Dict[str, Any]:
     if problem is not None:
         raise ExportError(f"{path} is damaged: {problem}")
     return dict(manifest)
+
+
+def _read_engine_weights(path: str) -> Dict[str, Any]:
+    """The weights stored engines are fed, by ``subgraph/initializer``, as numpy arrays.
+
+    Raises:
+        ExportError: the file is missing or unreadable.
+    """
+    import mxnet as mx
+
+    try:
+        saved = mx.nd.load(path)
+    except (OSError, mx.base.MXNetError) as exc:
+        raise ExportError(f"cannot read the engines' weights {path}: {exc}") from None
+    if not isinstance(saved, dict):  # an empty dict is saved as an empty list
+        return {}
+    return {str(k): v.asnumpy() for k, v in saved.items()}
 
 
 def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Any:
@@ -308,6 +332,7 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
     cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0,
                         read_only=True)
+    fed = _read_engine_weights(os.path.join(directory, manifest.get("engine_weights", ENGINE_WEIGHTS_FILE)))
     fused_engines = []
     mapping: Dict[str, str] = {}
     for rec in manifest["engines"]:
@@ -325,8 +350,10 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
             raise ExportError(f"{directory}: the engine of {name} in {entry.directory} is missing or corrupt: "
                               f"{problem}")
         try:
+            mine = {k[len(name) + 1:]: v for k, v in fed.items() if k.startswith(name + "/")}
             engine = backend.load(entry.meta["engine"], entry.directory,
-                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name))
+                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name,
+                                               extra={"weights": lambda mine=mine: mine}))
         except Exception as exc:  # the backend's own errors, or metadata it cannot read
             raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \
                 from exc

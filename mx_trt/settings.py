@@ -195,7 +195,6 @@ class Settings:
             MxTrtError: a variable has a bad value (the message names it and what is allowed).
         """
         env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
-        env_int("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", 1 << 30, 1)
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip() or None
         return cls(

@@ -75,14 +75,15 @@ def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str,
     import onnxruntime as ort
 
     from mx_trt.graph.importer import symbol_to_graph
-    from mx_trt.export.subgraph import export_subgraph
+    from mx_trt.export.subgraph import embedded_model, export_subgraph
     from mx_trt.passes.ir import Entry
 
     from mx_trt.export.converters.registry import check
     from mx_trt.export.subgraph import op_spec
 
     g = symbol_to_graph(sym, shapes, dtypes)
-    weights = {k: v.asnumpy() for k, v in {**args, **aux}.items()}
+    # Read-only, as the bind hands converters views of the caller's own arrays.
+    weights = {k: _read_only(v.asnumpy()) for k, v in {**args, **aux}.items()}
     ops = g.op_nodes()
     for nid in ops:
         # A conversion counts only if the op's validator accepts it, as at bind time.
@@ -91,10 +92,16 @@ def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str,
     in_entries = [Entry(n.id, 0) for n in g.nodes if n.is_variable and n.name in inputs and any(
         e.node == n.id for m in g.nodes for e in m.inputs)]
     exported = export_subgraph(g, ops, in_entries, list(g.heads), weights)
-    onnx.checker.check_model(exported.model)
-    sess = ort.InferenceSession(exported.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = embedded_model(exported)
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {n: inputs[n] for n in exported.input_names}
-    return sess.run(exported.output_names, feeds), exported.model
+    return sess.run(exported.output_names, feeds), model
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
 
 
 def check_symbol(

@@ -2,7 +2,7 @@
 
 The cache key is a sha256 over everything an engine depends on: the canonical
 subgraph (node names, ops, attributes, wiring), the shapes and dtypes at its
-boundary, the sha256 of every weight baked into it, the precision, the batch
+boundary, the digest of every weight baked into it, the precision, the batch
 profiles, the backend and its version, the device (compute capability, or CPU
 model for ONNX Runtime's optimized models), and a fingerprint of mx_trt's own
 converter, export and backend code. A changed weight, shape, precision, library or device never reuses
@@ -41,7 +41,7 @@ from mx_trt.export.subgraph import ExportedSubgraph, entry_name
 
 logger = logging.getLogger(__name__)
 
-KEY_FORMAT = 1
+KEY_FORMAT = 2  # 2: weight digests are xxh3-128 with dtype and shape; ORT entries hold no weights
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,11 +70,14 @@ class SubgraphJob:
         graph: The whole graph (bound shapes).
         nodes: The subgraph's operator nodes.
         inputs / outputs: Boundary entries.
-        weight_digests: sha256 per weight name consumed inside.
+        weight_digests: Digest (:func:`mx_trt.pipeline.weights.digest`) per weight name consumed inside.
         fp16: Precision.
         batch_ranges: Requested batch profiles, empty for static.
         export: Callable producing the exported subgraph (bound shapes, batch
             dimension symbolic when ``batch_ranges`` and the export allows it).
+        initializers: Callable giving every initializer of that model by name
+            (views over the caller's weights where used as is): what a stored
+            engine without its weights is fed at load (``BuildOptions.extra["weights"]``).
     """
 
     name: str
@@ -86,6 +89,7 @@ class SubgraphJob:
     fp16: bool
     batch_ranges: Sequence[BatchRange]
     export: Callable[[], ExportedSubgraph]
+    initializers: Optional[Callable[[], Dict[str, Any]]] = None
 
     def canonical(self, batch_symbolic: bool) -> Dict[str, Any]:
         g = self.graph
@@ -228,6 +232,8 @@ class EngineProvider:
                             extra={"batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
             opts.extra["progress"] = self.progress
+        if job.initializers is not None:
+            opts.extra["weights"] = job.initializers
         cache = self._usable_cache()
         if cache is None:
             eng = self._build(job, opts)

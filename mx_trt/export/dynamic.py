@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.export.precision import to_fp16
-from mx_trt.export.subgraph import ExportedSubgraph, export_subgraph
+from mx_trt.export.subgraph import ExportedSubgraph, export_subgraph, initializer_arrays
 from mx_trt.graph.importer import infer_shapes
 from mx_trt.passes.ir import Entry, Graph
 
@@ -111,6 +111,19 @@ class SubgraphExporter:
                   shapes=infer_shapes(self.sym, self.graph, {k: v for k, v in all_shapes.items() if k in args}))
         self._graphs[batch] = g
         return g
+
+    def initializers(self, name: str, nodes: Sequence[int], inputs: Sequence[Entry], outputs: Sequence[Entry],
+                     graph: Optional[Graph] = None) -> Dict[str, np.ndarray]:
+        """Every initializer of the subgraph's model by name, as :meth:`export` would give them.
+
+        What a stored engine whose weights were stripped is fed at load; no batch
+        check runs. Weights used as they are come back as views of the caller's
+        arrays (no copy); converted ones (fp16, folded constants) are new arrays.
+        """
+        ex = export_subgraph(graph or self.graph, nodes, inputs, outputs, self.weights, name=name)
+        if self.fp16:
+            ex = to_fp16(ex)
+        return initializer_arrays(ex)
 
     def export(self, name: str, nodes: Sequence[int], inputs: Sequence[Entry], outputs: Sequence[Entry],
                graph: Optional[Graph] = None, ranges: Optional[Sequence[BatchRange]] = None) -> ExportedSubgraph:

@@ -16,17 +16,12 @@ from mx_trt.passes.ir import Entry, Graph
 
 from mx_trt.export.converters import ConvContext, OpSpec, lookup
 from mx_trt.errors import ConversionError, MissingWeightError, UnsupportedOpError
-from mx_trt.settings import env_int
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_OPSET = 17
-def external_data_threshold() -> int:
-    """Bytes of initializers above which a model is saved with external data.
-
-    ``MXNET_TENSORRT_EXTERNAL_DATA_BYTES``, default 1 GiB: well under protobuf's 2 GB.
-    """
-    return env_int("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", 1 << 30, 1)
+#: Initializers of at least this many bytes are never copied into the ONNX protobuf (see ExportedSubgraph.external).
+EXTERNAL_MIN_BYTES = 1024
 
 
 def entry_name(graph: Graph, e: Entry) -> str:
@@ -69,7 +64,7 @@ class ExportedSubgraph:
     """An ONNX model for one subgraph and how it maps back to MXNet.
 
     Attributes:
-        model: The ONNX model (initializers inline).
+        model: The ONNX model (small initializers inline, the others in ``external``).
         input_names: ONNX input names, in the order of the fused node's inputs.
         input_specs / output_specs: ``(name, bound shape, dtype)`` per input / output.
         batch_dim: The symbolic name of dimension 0 of every input and output when
@@ -77,10 +72,12 @@ class ExportedSubgraph:
         output_names: ONNX output names, in the order of the fused node's outputs.
         origin: ONNX node name -> MXNet node name, for error messages.
         weight_bytes: Bytes of initializers.
-        external: Initializers kept out of the protobuf (models past
-            :func:`external_data_threshold`), by name; the model refers to them
-            as ONNX external data in the file ``external_location`` beside it.
-            Write the model with :func:`save_model` before a backend reads it.
+        external: Initializers of at least :data:`EXTERNAL_MIN_BYTES`, kept out of
+            the protobuf, by name: views over the caller's weights when used as
+            they are, the exporter's arrays otherwise. The model refers to them as
+            ONNX external data in the file ``external_location``: a backend reads
+            them from memory, or has :func:`save_model` write that file beside the
+            model; :func:`embedded_model` gives a self-contained copy.
     """
 
     model: Any
@@ -248,15 +245,16 @@ def export_subgraph(
     for nm in [k for k in inits if k not in referenced]:
         weight_bytes -= inits.pop(nm).nbytes
 
-    # Protobuf cannot hold a message past 2 GB: large weights stay numpy arrays
-    # referenced as external data and are written beside the model by save_model.
+    # Weights are not copied into the protobuf: every initializer of at least
+    # EXTERNAL_MIN_BYTES stays the numpy array it is (a view over the caller's
+    # NDArray for a weight used as is), referenced as external data. Backends read
+    # them from memory or have save_model write them beside the model.
     external: Dict[str, np.ndarray] = {}
     location = f"{name}.onnx.data"
     init_protos = []
     offset = 0
-    big = weight_bytes > external_data_threshold()
     for nm, arr in inits.items():
-        if big and arr.nbytes >= 1024:
+        if arr.nbytes >= EXTERNAL_MIN_BYTES:
             t = TensorProto()
             t.name = nm
             t.data_type = _np_to_onnx_dtype(arr.dtype)
@@ -285,6 +283,34 @@ def export_subgraph(
                             input_specs=[io_spec(n, e) for n, e in zip(in_names, inputs)],
                             output_specs=[io_spec(n, e) for n, e in zip(out_names, outputs)],
                             batch_dim=dynamic_batch)
+
+
+def initializer_arrays(exported: ExportedSubgraph) -> Dict[str, np.ndarray]:
+    """Every initializer by name: the external arrays as they are (no copy), the small inline ones decoded."""
+    from onnx import numpy_helper
+
+    out: Dict[str, np.ndarray] = {}
+    for t in exported.model.graph.initializer:
+        arr = exported.external.get(t.name)
+        out[t.name] = arr if arr is not None else numpy_helper.to_array(t)
+    return out
+
+
+def embedded_model(exported: ExportedSubgraph) -> Any:
+    """A self-contained copy of the model, every external initializer embedded (copies the weights).
+
+    For tools and tests that want one ``ModelProto``; backends read the external
+    arrays in place instead. Raises ValueError past protobuf's 2 GB limit.
+    """
+    from onnx import ModelProto, numpy_helper
+
+    model = ModelProto()
+    model.CopyFrom(exported.model)
+    for t in model.graph.initializer:
+        arr = exported.external.get(t.name)
+        if arr is not None:
+            t.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(arr), t.name))
+    return model
 
 
 def save_model(exported: ExportedSubgraph, path: str) -> str:

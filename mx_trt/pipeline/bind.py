@@ -182,7 +182,7 @@ def optimize(request: BindRequest) -> BindInfo:
             fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings, ranges, digests_all)
         built.append((sg, fused))
     progress.done()
-    weights_np.release()  # engines hold their own copies; a later rebuild converts again
+    weights_np.release()  # engines hold what they need; a later rebuild makes new views
     timings["export_build"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
@@ -292,7 +292,8 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
     used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
     return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
                        weight_digests={k: v for k, v in digests.items() if k in used}, fp16=fp16, batch_ranges=ranges,
-                       export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges))
+                       export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
+                       initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph))
 
 
 class _Rebuilder:

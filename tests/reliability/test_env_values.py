@@ -17,8 +17,6 @@ BAD = [
     ("MXNET_TENSORRT_ORT_THREADS", "lots", "expected an integer"),
     ("MXNET_TENSORRT_ORT_THREADS", "99999999999", "between 0 and 1024"),
     ("MXNET_TENSORRT_ORT_THREADS", "-2", "between 0 and 1024"),
-    ("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", "1GB", "expected an integer"),
-    ("MXNET_TENSORRT_EXTERNAL_DATA_BYTES", "0", ">= 1"),
     ("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "two", "expected an integer"),
     ("MXNET_TENSORRT_ENGINE_RULE", "sometimes", "expected one of cost, always"),
 ]
@@ -44,8 +42,7 @@ def test_a_bad_value_names_the_variable(var, value, allowed, monkeypatch, caplog
         _bind(monkeypatch)
 
 
-@pytest.mark.parametrize("var", ["MXNET_TENSORRT_ORT_THREADS", "MXNET_TENSORRT_EXTERNAL_DATA_BYTES",
-                                 "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE"])
+@pytest.mark.parametrize("var", ["MXNET_TENSORRT_ORT_THREADS", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE"])
 def test_empty_means_the_default(var, monkeypatch):
     monkeypatch.setenv(var, " ")
     monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")

@@ -129,6 +129,15 @@ class Engine(abc.ABC):
             if tuple(b.shape) != tuple(shape):
                 raise ShapeError(f"{name}: output {spec.name!r} has shape {shape}, the buffer is {b.shape}")
 
+    def stored_weights(self) -> Dict[str, Any]:
+        """The weights a stored copy of this engine is fed at load, by initializer name (views where possible).
+
+        What :meth:`Backend.load` receives as ``options.extra["weights"]()`` when
+        the caller has no exporter at hand (an export made by
+        :func:`mx_trt.export_model`). Empty for engines that store their weights.
+        """
+        return {}
+
     def save(self, directory: str) -> Dict[str, Any]:
         """Write what :meth:`Backend.load` needs into ``directory``; return JSON metadata.
 

@@ -5,9 +5,18 @@ ONNX Runtime reads MXNet's buffers and writes its results straight into them.
 Batch profiles are honoured as on TensorRT: a batch-dynamic model runs any batch
 inside its ranges and refuses the others, so behaviour is the same on the CPU.
 
-Stored engines are ONNX Runtime's own optimized model (ORT format), which loads
-without re-running the graph optimizations; models with external data (over
-protobuf's limit) are stored as ONNX plus their data file.
+Weights are held once. The model handed to ONNX Runtime refers to every
+large initializer by its address in memory (ONNX Runtime's in-memory external
+data tag): the caller's NDArrays for weights used as they are, the exporter's
+arrays for converted ones. ONNX Runtime then keeps only what it makes itself:
+prepacked MatMul/Gemm/Conv weights and values its optimizers derive (BatchNorm
+folded into Conv, NCHWc-reordered Conv weights, folded constants).
+
+Stored engines hold no weights either: the optimized model (ONNX format) keeps
+the derived values inline, because they depend on the weights (the plan cache
+key holds every weight's digest), and names the others, which are fed again from
+the caller's arrays at load (``SessionOptions.add_initializer``, no copy) with
+the graph optimizations off, since they ran before the model was stored.
 """
 from __future__ import annotations
 
@@ -21,7 +30,7 @@ import numpy as np
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
-from mx_trt.export.subgraph import save_model
+from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES, save_model
 from mx_trt.settings import env_int
 from mx_trt.build.backends.base import (
     Backend,
@@ -42,14 +51,28 @@ def _threads() -> int:
     return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
 
 
-def _session_options() -> Any:
+#: ONNX Runtime's tag for external data that lives in memory: ``offset`` is the address.
+MEM_TAG = "*/_ORT_MEM_ADDR_/*"
+#: The location stored models give the initializers fed at load.
+FED = "mx_trt.fed"
+#: Engines over this many weight bytes read their weights in place, unpacked (no prepacked copy).
+PREPACK_MAX_BYTES = 1 << 30
+#: Engines over this many weight bytes are not stored (ONNX Runtime writes the optimized model through protobuf).
+STORE_MAX_BYTES = 1 << 30
+
+
+def _session_options(optimize: bool = True) -> Any:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.intra_op_num_threads = _threads()
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # The arena keeps every block it ever grew to; without it, memory freed after
+    # the build goes back (measured on ResNet-50: 60 MB less peak during a bind).
+    so.enable_cpu_mem_arena = False
     return so
 
 
@@ -58,8 +81,10 @@ class OrtEngine(Engine):
 
     def __init__(self, session: Any, inputs: List[TensorSpec], outputs: List[TensorSpec], name: str,
                  batch_ranges: Sequence[BatchRange] = (), artifacts: Optional[str] = None,
-                 artifact_format: str = "") -> None:
+                 artifact_format: str = "", held: Any = None) -> None:
         self.session = session
+        # The arrays (and OrtValues) the session reads in place: alive as long as it is.
+        self._held = held
         self.inputs = inputs
         self.outputs = outputs
         self.name = name
@@ -68,6 +93,9 @@ class OrtEngine(Engine):
         self._artifact_format = artifact_format
         self._binding: Any = None
         self._bound_key: Optional[Tuple[Any, ...]] = None
+        self._fed: List[str] = []
+        self._fed_arrays: Dict[str, np.ndarray] = {}
+        self._inline_bytes = 0
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
         key = tuple((b.ptr, b.shape) for b in inputs) + tuple((b.ptr, b.shape) for b in outputs)
@@ -86,17 +114,26 @@ class OrtEngine(Engine):
         except Exception as exc:  # onnxruntime raises its own exception types
             raise EngineRunError(f"{self.name}: ONNX Runtime failed: {exc}") from exc
 
+    def stored_weights(self) -> Dict[str, Any]:
+        return dict(self._fed_arrays)
+
     def save(self, directory: str) -> Dict[str, Any]:
         art = self._artifacts
         if not art or not os.path.isdir(art):
             raise NotImplementedError("this engine was built without keeping its optimized model")
-        for f in os.listdir(art):
-            shutil.move(os.path.join(art, f), os.path.join(directory, f))
+        stored = os.path.join(art, "stored.onnx")
+        if not os.path.isfile(stored):
+            raise NotImplementedError("ONNX Runtime did not write an optimized model to store")
+        shutil.move(stored, os.path.join(directory, "model.onnx"))
+        shutil.move(os.path.join(art, "model.data"), os.path.join(directory, "model.data"))
         shutil.rmtree(art, ignore_errors=True)
         self._artifacts = None
         return {
             "format": self._artifact_format,
-            "file": "model.ort" if self._artifact_format == "ort" else "model.onnx",
+            "file": "model.onnx",
+            "data_file": "model.data",
+            "fed": list(self._fed),
+            "stored_bytes": self._inline_bytes,
             "inputs": specs_json(self.inputs),
             "outputs": specs_json(self.outputs),
             "batch_ranges": [list(r) for r in self.batch_ranges],
@@ -144,41 +181,159 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         so = _session_options()
-        keep = bool(options.extra.get("keep_artifacts"))
+        if exported.weight_bytes > PREPACK_MAX_BYTES:
+            # Prepacking would copy every MatMul/Gemm weight once more; past this size
+            # memory wins (batch-1 products are bound by memory bandwidth either way).
+            so.add_session_config_entry("session.disable_prepacking", "1")
+        # Stored engines need ONNX Runtime to write the optimized model and the values
+        # it derived; it can do that only from a model holding its weights (a copy,
+        # made only then, and only below protobuf's limit).
+        keep = bool(options.extra.get("keep_artifacts")) and exported.weight_bytes < STORE_MAX_BYTES
         # Under the plan cache's tmp/ when given (swept if this process dies), else named by pid.
         art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
-        fmt = ""
+        held = {name: np.ascontiguousarray(arr) for name, arr in exported.external.items()}
         try:
-            if exported.external:
-                # Past protobuf's limit: ORT reads the model and its data from files.
-                path = save_model(exported, os.path.join(art, "model.onnx"))
-                session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                fmt = "onnx"
+            if keep:
+                so.optimized_model_filepath = os.path.join(art, "optimized.onnx")
+                so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
+                so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                            str(EXTERNAL_MIN_BYTES))
+                # The weights as a file beside the model (ONNX external data): ONNX Runtime
+                # can write its optimized model from such a source, not from memory references.
+                session = ort.InferenceSession(save_model(exported, os.path.join(art, "source.onnx")), so,
+                                               providers=["CPUExecutionProvider"])
             else:
-                if keep:
-                    so.optimized_model_filepath = os.path.join(art, "model.ort")
-                    so.add_session_config_entry("session.save_model_format", "ORT")
-                    fmt = "ort"
-                session = ort.InferenceSession(exported.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
+                path = os.path.join(art, "model.onnx")
+                with open(path, "wb") as f:
+                    f.write(_with_memory_refs(exported.model, held).SerializeToString())
+                session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         except Exception as exc:
             shutil.rmtree(art, ignore_errors=True)
             logger.error("ONNX Runtime could not build %s: %s", options.name, exc)
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not build the engine: {exc}") from exc
-        if not keep:  # the session holds everything it needs
-            shutil.rmtree(art, ignore_errors=True)
-            art, fmt = "", ""
         ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
-        return OrtEngine(session, [TensorSpec(*s) for s in exported.input_specs],
-                         [TensorSpec(*s) for s in exported.output_specs], options.name, ranges, art or None, fmt)
+        engine = OrtEngine(session, [TensorSpec(*s) for s in exported.input_specs],
+                           [TensorSpec(*s) for s in exported.output_specs], options.name, ranges, None, "",
+                           None if keep else held)
+        if keep:
+            try:
+                engine._fed, engine._inline_bytes = _strip_optimized(art, held)
+                engine._artifacts, engine._artifact_format = art, "onnx-fed"
+                engine._fed_arrays = {name: held[name] for name in engine._fed}
+            except Exception as exc:  # storing is optional: the engine works without it
+                logger.info("%s: optimized model not stored: %s", options.name, exc)
+                shutil.rmtree(art, ignore_errors=True)
+        else:
+            shutil.rmtree(art, ignore_errors=True)
+        trim_heap()
+        return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
         import onnxruntime as ort
 
+        if meta.get("format") != "onnx-fed":
+            raise EngineBuildError(f"{options.name}: stored engine format {meta.get('format')!r} is not this version's")
+        feed = options.extra.get("weights")
+        fed = [str(n) for n in meta.get("fed", [])]
+        if fed and feed is None:
+            raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
+        arrays = feed() if fed else {}
+        so = _session_options(optimize=False)  # the stored model is already optimized
+        held = []
+        for name in fed:
+            arr = arrays.get(name)
+            if arr is None:
+                raise EngineBuildError(f"{options.name}: the stored model needs weight {name!r}, which the subgraph lacks")
+            arr = np.ascontiguousarray(arr)
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            so.add_initializer(name, value)
+            held.append((arr, value))
         path = os.path.join(directory, str(meta["file"]))
         try:
-            session = ort.InferenceSession(path, _session_options(), providers=["CPUExecutionProvider"])
+            # By path: the values derived at build time are read from model.data beside it.
+            session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not load the stored engine {path}: {exc}") from exc
+        trim_heap()
         ranges = [tuple(int(x) for x in r) for r in meta.get("batch_ranges", [])]
         return OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
-                         ranges)  # type: ignore[arg-type]
+                         ranges, held=held)  # type: ignore[arg-type]
+
+
+def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    """A copy of ``model`` whose initializers in ``arrays`` refer to those arrays' memory (no bytes copied)."""
+    from onnx import ModelProto, TensorProto
+
+    out = ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        arr = arrays.get(t.name)
+        if arr is None:
+            continue
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", MEM_TAG), ("offset", str(arr.ctypes.data)), ("length", str(arr.nbytes))):
+            kv = t.external_data.add()
+            kv.key, kv.value = k, v
+    return out
+
+
+def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[str], int]:
+    """Turn ONNX Runtime's optimized model into a stored one without the caller's weights.
+
+    ``optimized.onnx`` refers to ``optimized.data`` for every large initializer.
+    Those equal, byte for byte, to a weight the exporter handed in (same name)
+    become references fed again at load; the others are values the optimizers
+    derived, copied into ``model.data``. Writes ``stored.onnx`` and ``model.data``.
+
+    Returns:
+        (the names fed at load, the bytes of derived values stored).
+    """
+    import onnx
+
+    model = onnx.load(os.path.join(art, "optimized.onnx"), load_external_data=False)
+    source = os.path.join(art, "optimized.data")
+    data = np.memmap(source, dtype=np.uint8, mode="r") if os.path.isfile(source) and os.path.getsize(source) else None
+    fed: List[str] = []
+    stored = 0
+    with open(os.path.join(art, "model.data"), "wb") as out:
+        for t in model.graph.initializer:
+            if t.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            loc = {kv.key: kv.value for kv in t.external_data}
+            if loc.get("location") != "optimized.data" or data is None:
+                raise EngineBuildError(f"optimized initializer {t.name!r} is stored in {loc.get('location')!r}")
+            start, length = int(loc.get("offset", "0")), int(loc["length"])
+            region = data[start:start + length]
+            mine = arrays.get(t.name)
+            if mine is not None and mine.nbytes == length and np.array_equal(mine.reshape(-1).view(np.uint8), region):
+                where = (FED, 0, length)
+                fed.append(t.name)
+            else:
+                pad = (-out.tell()) % 4096  # page-aligned, so ONNX Runtime may map it
+                out.write(b"\0" * pad)
+                where = ("model.data", out.tell(), length)
+                out.write(region.tobytes())
+                stored += length
+            del t.external_data[:]
+            for k, v in zip(("location", "offset", "length"), where):
+                kv = t.external_data.add()
+                kv.key, kv.value = k, str(v)
+    del data
+    with open(os.path.join(art, "stored.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for f in os.listdir(art):  # ONNX Runtime's output and the source model with its weights
+        if f not in ("stored.onnx", "model.data"):
+            os.unlink(os.path.join(art, f))
+    return fed, stored
+
+
+def trim_heap() -> None:
+    """Give freed heap back to the system (glibc keeps it otherwise); a no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,49 @@
+"""The documented benchmark commands keep working, and the light imports stay light.
+
+``python benchmarks/run.py --quick --threads 1`` must run from a checkout: it
+sets the thread counts before mxnet is imported, so importing the settings, the
+passes or the CLI's argument parser must not import mxnet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MXNET_", "OMP_")) and k != "PYTHONPATH"}
+    env["MXNET_TENSORRT_CACHE_DIR"] = ""
+    return env
+
+
+@pytest.mark.parametrize("module", ["mx_trt.settings", "mx_trt.passes.partition", "mx_trt.tools.cli.main", "mx_trt"])
+def test_light_imports_do_not_import_mxnet(module):
+    code = (f"import sys; sys.path.insert(0, {ROOT!r}); import {module}; "
+            f"{'from mx_trt.tools.cli.main import build_parser; build_parser(); ' if module.endswith('main') else ''}"
+            "print('mxnet' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False", f"importing {module} imported mxnet"
+
+
+def test_runner_quick_mode_with_one_thread(tmp_path):
+    out_dir = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--threads", "1",
+                           "--out", str(out_dir)], cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out_dir / "results.json").read_text())
+    for section in ("partition", "bind", "memory", "fused_node", "end_to_end"):
+        assert res.get(section), f"section {section} is empty"
+    legs = res["bind"]["legs"]
+    assert legs["pass, warm cache"]["loads"] >= 1 and legs["pass, warm cache"]["builds"] == 0
+    for row in res["memory"]:
+        assert row["accelerated"] == (row["label"] != "native")
+        assert row["peak_mb"] >= row["base_mb"] > 0
+    assert res["machine"]["threads"] in (1, "1")

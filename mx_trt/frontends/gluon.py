@@ -43,7 +43,7 @@ parameter) and its native ``CachedOp``. That ``CachedOp`` is then wrapped by an
 Parameter changes. Weights are baked into the engines, so a later change must
 reach them. Before each inference forward the block checks whether its
 parameters may have changed since the engines were built. When a weight
-baked into an engine has a different value (sha256), the engines are built again
+baked into an engine has a different value (its digest differs), the engines are built again
 for that forward. The same value rebuilds nothing. When a parameter that stayed
 native has a different value, the executor is bound again, which builds no
 engine. MXNet's executor cannot be trusted to read it in place: with the MKLDNN
@@ -67,8 +67,8 @@ operators, would then keep the old values. Call :func:`refresh` (exported as
 parameter and rebuild or bind again what changed.
 
 Costs: with no signal, the check is three integer comparisons per forward.
-After a signal, it is a sha256 over the parameters that moved. After training
-or :func:`refresh`, it is one ``mx.nd.waitall()`` and a sha256 over all of them.
+After a signal, it is a digest (xxh3-128) of the parameters that moved. After training
+or :func:`refresh`, it is one ``mx.nd.waitall()`` and a digest of all of them.
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def _wants_pass(block: Any) -> Tuple[bool, bool]:
 class _Entry:
     """One bound variant: the executor for one input signature and the :class:`BindInfo` owning its engines.
 
-    ``native`` holds the sha256 of every parameter that stayed native, as bound.
+    ``native`` holds the digest of every parameter that stayed native, as bound.
     MXNet's executor does not reliably see later in-place writes to them: with
     the MKLDNN subgraph backend (on by default for executors), a fused
     FullyConnected or Convolution+BatchNorm keeps the values of its first forward.

@@ -14,7 +14,7 @@ When engines are built:
   parameters are already initialized (after ``Module.load``);
 * at the first forward otherwise (a bucket, a new batch shape after ``reshape``);
 * again only when the weights changed: ``set_params`` with the same values keeps
-  the engines (checked by sha256 digest), new values rebuild them before the next
+  the engines (checked by digest), new values rebuild them before the next
   forward. A ``set_params`` on one bucket, or ``Module.update`` on a Module
   sharing the weights, makes every group check its digests at its next forward.
   A raw in-place write to a weight array is not seen: call :func:`refresh`.
@@ -353,7 +353,7 @@ def _check_weights(group: Any, state: _GroupState) -> None:
 
 
 def _baked_weights_changed(lru: "OrderedDict[Signature, Any]", native: Any) -> bool:
-    """Whether a weight baked into some variant's engines differs from the native executor's value (sha256)."""
+    """Whether a weight baked into some variant's engines differs from the native executor's value (by digest)."""
     current: Dict[str, Optional[str]] = {}
     for exe in lru.values():
         for name, baked in exe._mx_trt.absorbed.items():

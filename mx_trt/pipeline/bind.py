@@ -51,7 +51,7 @@ class BindInfo:
         original: The symbol the user bound.
         plan: The analysis.
         engines: The fused engines this executor owns.
-        absorbed: Weight name -> sha256 of the value baked into the engines.
+        absorbed: Weight name -> digest (:func:`mx_trt.pipeline.weights.digest`) of the value baked into the engines.
         native_failures: Subgraph name -> why its engine was not built.
         backend: Backend name.
         timings: Seconds spent per pipeline stage.

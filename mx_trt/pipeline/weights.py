@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from typing import Any, Callable, Dict, Mapping, Set
+from typing import Any, Callable, Dict, Mapping, Set, cast
 
 import numpy as np
 
 from mx_trt.runtime.fused_op import data_ptr
 
+_xxhash: Any
 try:  # a pinned dependency (requirements/base.txt); sha256 keeps working without it
     import xxhash as _xxhash
 except ImportError:  # pragma: no cover - exercised by the fallback test through monkeypatch
@@ -56,7 +57,7 @@ def view(a: Any) -> np.ndarray:
             return np.zeros(a.shape, dt)
         buf = (ctypes.c_char * n).from_address(data_ptr(a))
         buf._mx_trt_owner = a  # type: ignore[attr-defined]  # the view's base keeps the NDArray alive
-        out = np.frombuffer(buf, dtype=dt).reshape(a.shape)
+        out = np.frombuffer(cast(Any, buf), dtype=dt).reshape(a.shape)
         out.flags.writeable = False  # the caller's weights: an exporter must never write them
         return out
     return to_numpy(a)
@@ -74,7 +75,7 @@ def digest(a: Any) -> str:
     algo, h = _hasher()
     h.update(f"{arr.dtype.str}{tuple(arr.shape)}".encode())
     if arr.nbytes:
-        h.update(memoryview(arr.reshape(-1).view(np.uint8)))
+        h.update(arr.reshape(-1).view(np.uint8).data)
     return f"{algo}:{h.hexdigest()}"
 
 

@@ -238,7 +238,7 @@ class OnnxRuntimeBackend(Backend):
         fed = [str(n) for n in meta.get("fed", [])]
         if fed and feed is None:
             raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
-        arrays = feed() if fed else {}
+        arrays = feed() if fed and feed is not None else {}
         so = _session_options(optimize=False)  # the stored model is already optimized
         held = []
         for name in fed:
@@ -323,9 +323,9 @@ def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[s
     del data
     with open(os.path.join(art, "stored.onnx"), "wb") as f:
         f.write(model.SerializeToString())
-    for f in os.listdir(art):  # ONNX Runtime's output and the source model with its weights
-        if f not in ("stored.onnx", "model.data"):
-            os.unlink(os.path.join(art, f))
+    for leftover in os.listdir(art):  # ONNX Runtime's output and the source model with its weights
+        if leftover not in ("stored.onnx", "model.data"):
+            os.unlink(os.path.join(art, leftover))
     return fed, stored
 
 

@@ -14,7 +14,8 @@ module             responsibility
 ``diagnostics``    parser errors and build logs mapped to ONNX and MXNet nodes
 ``shapes``         optimization profiles, profile selection, output shapes
 ``meta``           the JSON description stored with a plan, and its checks on load
-``engine``         :class:`TrtEngine`: plan, description, shapes, deserialization
+``refit``          weight-stripped plans: builder flags, refit from the caller's host memory
+``engine``         :class:`TrtEngine`: plan, description, shapes, deserialization (and refit)
 ``runtime``        deserializing, execution contexts, :class:`TrtRunner`
 ``caches``         timing cache, TensorRT-RTX runtime cache, atomic file writes
 ``logs``           TensorRT's ``ILogger`` forwarded to :mod:`logging`, captured for errors
@@ -25,11 +26,15 @@ Build (no device needed for TensorRT-RTX)::
 
     ONNX bytes (or a file, for external weights) -> OnnxParser -> strongly typed
     network -> builder config (workspace cap, profiles, timing cache, progress)
-    -> build_serialized_network -> plan bytes (TrtEngine.plan)
+    -> build_serialized_network (weight-stripped: STRIP_PLAN + REFIT_IDENTICAL)
+    -> plan bytes (TrtEngine.plan, what the plan cache stores)
 
 Run (device needed): the plan is deserialized once per engine, on first use;
-each executor gets its own :class:`TrtRunner` (one ``IExecutionContext`` and one
-CUDA stream) that binds MXNet's device pointers with ``set_tensor_address``.
+a stripped plan is refitted then from the caller's weights, without copying
+them on the host (where a device is present, build and load do that already,
+so a plan that cannot be refitted is rebuilt with its weights). Each executor
+gets its own :class:`TrtRunner` (one ``IExecutionContext`` and one CUDA
+stream) that binds MXNet's device pointers with ``set_tensor_address``.
 
 ``BuildOptions.extra`` keys:
 
@@ -42,6 +47,10 @@ CUDA stream) that binds MXNet's device pointers with ``set_tensor_address``.
 ``rtx_specialization``    ``lazy`` / ``eager`` / ``none`` (RTX; env ``MXNET_TENSORRT_RTX_SPECIALIZATION``)
 ``runtime_cache_path``    RTX runtime cache file, loaded at context creation, saved after runs
 ``work_dir``              where temporary files of a build go (the plan cache's ``tmp/``)
+``weights``               ``callable() -> {initializer name: numpy array}`` (every initializer of the
+                          exported model, contiguous host arrays): refits stripped plans at build
+                          (default: the exported model's own) and at load (required there)
+``strip_weights``         ``False`` builds the plan with its weights (default ``True``: stripped)
 ========================  =================================================================
 
 Environment: ``MXNET_TENSORRT_WORKSPACE_MB`` caps the workspace pool (default:

@@ -17,6 +17,7 @@ from mx_trt.build.backends.tensorrt.builder import build_engine
 from mx_trt.build.backends.tensorrt.engine import TrtEngine
 from mx_trt.build.backends.tensorrt.flavours import flavour_of
 from mx_trt.build.backends.tensorrt.meta import check_stored
+from mx_trt.build.backends.tensorrt.refit import weights_source
 
 
 def _import_module(module_name: str) -> Tuple[Optional[Any], str]:
@@ -112,17 +113,29 @@ class TensorRTBackend(Backend):
     def load_engine(cls, plan: bytes, meta: Mapping[str, Any], options: BuildOptions) -> TrtEngine:
         """An engine from stored plan bytes and :meth:`TrtEngine.meta`, without rebuilding.
 
-        Deserialization happens at the first run, on a device.
+        Deserialization happens at the first run, on a device; a weight-stripped
+        plan (``meta["stripped"]``) takes its weights from ``options.extra["weights"]``
+        and, where a device can run it, is deserialized and refitted here, so a
+        plan that cannot be refitted costs a rebuild instead of a failed forward.
 
         Raises:
             EngineBuildError: the metadata is from another backend, module or
-                version, or the plan does not match its recorded digest.
+                version, the plan does not match its recorded digest, or a
+                stripped plan has no weights or cannot be refitted.
         """
         check_stored(cls, plan, meta)
+        name = meta.get("name") or options.name
+        source = weights_source(options.extra) if meta.get("stripped") else None
+        if meta.get("stripped") and source is None:
+            raise EngineBuildError(f"stored engine {name!r}: a stripped plan needs the weights to be refitted, "
+                                   "and BuildOptions.extra['weights'] was not given")
         try:
-            return TrtEngine(cls, plan, meta, options)
+            engine = TrtEngine(cls, plan, meta, options, weights=source)
         except (KeyError, TypeError, ValueError) as exc:
-            raise EngineBuildError(f"stored engine {meta.get('name')!r}: malformed metadata ({type(exc).__name__}: {exc})") from exc
+            raise EngineBuildError(f"stored engine {name!r}: malformed metadata ({type(exc).__name__}: {exc})") from exc
+        if engine.stripped and cls.unavailable_reason() is None:
+            engine.refit_now()
+        return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> TrtEngine:
         """:meth:`load_engine` from what :meth:`TrtEngine.save` wrote into ``directory``."""

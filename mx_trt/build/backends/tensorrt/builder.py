@@ -6,6 +6,15 @@
     network -> interface checks -> builder config (workspace cap, profiles,
     timing cache, progress) -> build_serialized_network -> plan bytes + description
 
+Plans are built weight-stripped (:mod:`.refit`) where the module has the
+flags; where a device can run the engine, a fresh stripped plan is refitted
+at once from the build's weights. A plan is built again with its weights
+(``meta["stripped"] = False``, the reason in ``meta["unstripped_reason"]``)
+when the stripped build fails, or when TensorRT needs a weight that is not
+an ONNX initializer by name. Without a device, TensorRT-RTX 1.7 cannot build
+stripped plans (its compiler needs CUDA for refittable weights): after the
+first failure in a process it is not tried again until a device is present.
+
 Failures name the ONNX node and the MXNet node they come from
 (:mod:`.diagnostics`). The flavour decides what differs (:mod:`.flavours`).
 """
@@ -29,6 +38,7 @@ from mx_trt.build.backends.tensorrt.engine import TrtEngine
 from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
 from mx_trt.build.backends.tensorrt.logs import logger_for
 from mx_trt.build.backends.tensorrt.meta import describe_engine, onnx_dims
+from mx_trt.build.backends.tensorrt.refit import WeightsSource, missing_strip_flags, set_strip_flags, weights_source
 from mx_trt.build.backends.tensorrt.shapes import (
     Profile,
     dims_tuple,
@@ -154,13 +164,87 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
     cache_path = extra.get("timing_cache_path")
     if cache_path:
         load_timing_cache(config, log, str(cache_path), name, flavour.timing_cache_level)
-    plan = _serialize(builder, network, config, log, exported, name, backend.label)
+    source = weights_source(extra, exported)
+    reason = _strip_unavailable(mod, backend, extra)
+    engine: Optional[TrtEngine] = None
+    tried = reason is None
+    if tried:
+        engine, reason = _build_stripped(backend, builder, network, config, log, exported, options, source,
+                                         (in_dims, profiles, strongly_typed, specialization))
+    if engine is None:
+        if tried:
+            set_strip_flags(mod, config, False)
+        plan = _serialize(builder, network, config, log, exported, name, backend.label)
+        meta = describe_engine(backend, exported, options, in_dims, profiles, plan, strongly_typed, specialization)
+        meta.update(stripped=False, unstripped_reason=reason, onnx_weight_bytes=_weight_bytes(exported))
+        engine = TrtEngine(backend, plan, meta, options)
     if cache_path:
         save_timing_cache(config, str(cache_path), name)
-    logger.info("%s: %s engine built in %.2f s (%d bytes, %d profile(s))", name, backend.label,
-                time.perf_counter() - t0, len(plan), len(profiles) if dynamic else 0)
+    logger.info("%s: %s engine built in %.2f s (%d bytes%s, %d profile(s))", name, backend.label,
+                time.perf_counter() - t0, len(engine.plan), ", weight-stripped" if engine.stripped else "",
+                len(profiles) if dynamic else 0)
+    return engine
+
+
+#: Module name -> why its stripped builds fail on a machine without a CUDA device (learned once per process).
+_strip_needs_device: Dict[str, str] = {}
+
+
+def _strip_unavailable(mod: Any, backend: TrtBackendInfo, extra: Mapping[str, Any]) -> Optional[str]:
+    """Why this build keeps the weights in the plan, or ``None`` to build it weight-stripped."""
+    if extra.get("strip_weights", True) is False:
+        return "BuildOptions.extra['strip_weights'] is False"
+    missing = missing_strip_flags(mod)
+    if missing:
+        return f"this {backend.label} has no BuilderFlag.{' / '.join(missing)}"
+    known = _strip_needs_device.get(mod.__name__)
+    if known is not None and cuda.unavailable_reason() is not None:
+        return known
+    return None
+
+
+def _build_stripped(backend: TrtBackendInfo, builder: "trt.Builder", network: "trt.INetworkDefinition",
+                    config: "trt.IBuilderConfig", log: Any, exported: Any, options: BuildOptions,
+                    source: Optional[WeightsSource], described: Tuple[Any, ...]) -> Tuple[Optional[TrtEngine], Optional[str]]:
+    """A weight-stripped engine, refitted at once where a device can run it; or ``None`` and why not.
+
+    Args:
+        described: ``(in_dims, profiles, strongly_typed, specialization)`` for :func:`.meta.describe_engine`.
+    """
+    mod = backend.module()
+    name = options.name
+    set_strip_flags(mod, config, True)
+    try:
+        plan = _serialize(builder, network, config, log, exported, name, backend.label, quiet=True)
+    except EngineBuildError as exc:
+        first = str(exc).split("\n")[-1].strip()[:300]
+        no_device = cuda.unavailable_reason()
+        if no_device is not None and flavour_of(backend.rtx).builds_without_device:
+            why = f"{backend.label} builds weight-stripped plans only on a CUDA device ({no_device}; it said: {first})"
+            if mod.__name__ not in _strip_needs_device:
+                logger.info("%s: %s; plans are built with their weights", name, why)
+            _strip_needs_device[mod.__name__] = why
+            return None, why
+        logger.warning("%s: the weight-stripped build failed (%s); building the plan with its weights", name, first)
+        return None, f"the weight-stripped build failed: {first}"
+    in_dims, profiles, strongly_typed, specialization = described
     meta = describe_engine(backend, exported, options, in_dims, profiles, plan, strongly_typed, specialization)
-    return TrtEngine(backend, plan, meta, options)
+    meta.update(stripped=True, onnx_weight_bytes=_weight_bytes(exported))
+    engine = TrtEngine(backend, plan, meta, options, weights=source)
+    if backend.unavailable_reason() is not None:
+        return engine, None  # refitted where it runs; a weight found missing there costs a rebuild (load_engine)
+    try:
+        engine.refit_now()
+    except EngineBuildError as exc:
+        logger.warning("%s: the weight-stripped plan cannot be refitted from the subgraph's initializers (%s); "
+                       "building the plan with its weights", name, exc)
+        return None, f"refit from the initializers failed: {exc}"
+    return engine, None
+
+
+def _weight_bytes(exported: Any) -> int:
+    """Bytes of the exported model's initializers (what a stripped plan leaves out, at most)."""
+    return int(getattr(exported, "weight_bytes", 0) or 0)
 
 
 def _parse(mod: Any, network: "trt.INetworkDefinition", log: Any, exported: Any, options: BuildOptions,
@@ -267,14 +351,18 @@ def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: L
 
 
 def _serialize(builder: "trt.Builder", network: "trt.INetworkDefinition", config: "trt.IBuilderConfig", log: Any,
-               exported: Any, name: str, label: str) -> bytes:
+               exported: Any, name: str, label: str, quiet: bool = False) -> bytes:
     """The plan bytes.
+
+    Args:
+        quiet: A failure is expected and handled by the caller: TensorRT's
+            messages are logged at DEBUG only (they are in the error).
 
     Raises:
         EngineBuildError: the build failed (TensorRT's errors, and the MXNet
             nodes its log names).
     """
-    with log.capture() as cap, warnings.catch_warnings():
+    with log.capture(quiet=quiet) as cap, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             host: Optional[trt.IHostMemory] = builder.build_serialized_network(network, config)
@@ -285,7 +373,7 @@ def _serialize(builder: "trt.Builder", network: "trt.INetworkDefinition", config
         lines = cap.errors() or cap.lines or ["no message"]
         nodes = mentioned_mx_nodes(cap.lines, exported.origin)
         for line in lines:
-            logger.error("%s: %s build: %s", name, label, line)
+            logger.log(logging.DEBUG if quiet else logging.ERROR, "%s: %s build: %s", name, label, line)
         raise EngineBuildError(f"{name}: {label} could not build the engine"
                                + (f" (MXNet nodes named in the log: {', '.join(nodes)})" if nodes else "")
                                + ":\n  " + "\n  ".join(lines))

@@ -1,7 +1,8 @@
 """A serialized TensorRT / TensorRT-RTX engine: its plan, its description, its shapes, and its runners.
 
 The plan is deserialized once per engine, on first use and on the device it
-was built for (or the current one); each executor runs it through its own
+was built for (or the current one); a weight-stripped plan is refitted then
+from its weights source (:mod:`.refit`). Each executor runs it through its own
 :class:`~.runtime.TrtRunner`.
 """
 from __future__ import annotations
@@ -10,12 +11,14 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
-from mx_trt.errors import BackendUnavailableError, ShapeError
+from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, ShapeError
 from mx_trt.build.backends.base import Buffer, BuildOptions, Engine, Shape, tensor_specs
 from mx_trt.build.backends.tensorrt import cuda
 from mx_trt.build.backends.tensorrt.caches import write_atomic
 from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, rtx_specialization
+from mx_trt.build.backends.tensorrt.logs import logger_for
 from mx_trt.build.backends.tensorrt.meta import profiles_from_meta
+from mx_trt.build.backends.tensorrt.refit import WeightsSource, refit_engine, weight_stats
 from mx_trt.build.backends.tensorrt.runtime import TrtRunner, check_io, deserialize_plan
 from mx_trt.build.backends.tensorrt.shapes import batch_rule_output_shapes, context_output_shapes, select_profile
 
@@ -40,14 +43,24 @@ class TrtEngine(Engine):
         runtime_cache_path: TensorRT-RTX's runtime cache file, or ``None``.
         run_lock: Held while a context of this engine enqueues and waits: contexts
             sharing an optimization profile must not run concurrently.
+        stripped: The plan holds no weights: deserializing it refits them.
+        refitted: Names of the weights the last refit set (empty before it).
     """
 
-    def __init__(self, backend: TrtBackendInfo, plan: bytes, meta: Mapping[str, Any], options: BuildOptions) -> None:
-        """Raises ``KeyError`` / ``TypeError`` / ``ValueError`` on malformed ``meta``."""
+    def __init__(self, backend: TrtBackendInfo, plan: bytes, meta: Mapping[str, Any], options: BuildOptions,
+                 weights: Optional[WeightsSource] = None) -> None:
+        """An engine from its plan and description; ``weights`` feeds the refit of a stripped plan.
+
+        The weights source is dropped once the refit has copied the weights to
+        the device. Raises ``KeyError`` / ``TypeError`` / ``ValueError`` on malformed ``meta``.
+        """
         self.backend = backend
         self.plan = bytes(plan)
         self._meta = dict(meta)
         self.name = str(meta.get("name") or options.name)
+        self.stripped = bool(meta.get("stripped", False))
+        self._weights = weights if self.stripped else None
+        self.refitted: List[str] = []
         self.inputs = tensor_specs(meta["inputs"])
         self.outputs = tensor_specs(meta["outputs"])
         self.input_dims: Dict[str, Shape] = {str(m["name"]): tuple(int(d) for d in m["dims"]) for m in meta["inputs"]}
@@ -127,10 +140,12 @@ class TrtEngine(Engine):
     def _deserialized(self) -> "trt.ICudaEngine":
         """The ``ICudaEngine``, deserialized on first use on the build's device (or the current one).
 
+        A stripped plan is refitted before it is used (:meth:`_refit`).
+
         Raises:
             BackendUnavailableError: no CUDA device.
-            EngineRunError: TensorRT cannot deserialize the plan, or its tensors
-                differ from the description.
+            EngineRunError: TensorRT cannot deserialize the plan, its tensors
+                differ from the description, or a stripped plan cannot be refitted.
         """
         with self._load_lock:
             if self._cuda_engine is not None:
@@ -145,9 +160,53 @@ class TrtEngine(Engine):
                 self.device_id = cuda.current_device()
             runtime, engine = deserialize_plan(mod, self.backend.label, self.plan, self.device_id, self.name)
             check_io(mod, engine, self.inputs, self.outputs, self.name)
+            if self.stripped:
+                self._refit(mod, engine)
             self._runtime = runtime
             self._cuda_engine = engine
             return engine
+
+    def _refit(self, mod: Any, engine: "trt.ICudaEngine") -> None:
+        """Give the deserialized stripped ``engine`` its weights from the weights source, then drop the source.
+
+        Raises:
+            EngineRunError: no weights source, it failed, or the refit failed (:func:`.refit.refit_engine`).
+        """
+        source = self._weights
+        if source is None:
+            raise EngineRunError(f"{self.name}: the stripped plan needs the weights to refit, and none were given "
+                                 "(BuildOptions.extra['weights'])")
+        try:
+            weights = source()
+        except Exception as exc:  # the caller's source: any failure means no weights, never a crash here
+            raise EngineRunError(f"{self.name}: the weights source of the stripped plan failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        try:
+            self.refitted = refit_engine(mod, engine, weights, logger_for(mod), self.name, self.backend.label)
+        except EngineBuildError as exc:
+            raise EngineRunError(str(exc)) from exc
+        except Exception as exc:  # an API this TensorRT spells otherwise: a typed error (a rebuild at load), not a crash
+            raise EngineRunError(f"{self.name}: {self.backend.label} could not refit the stripped plan: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            del weights
+        self._weights = None  # on the device now: the host arrays are the caller's again
+        self._meta.update(weight_stats(mod, engine), refit_weights=sorted(self.refitted))
+
+    def refit_now(self) -> None:
+        """Deserialize (and refit) now, where a device can run the engine, so failures come before any forward.
+
+        The builder calls it on a fresh stripped plan, :meth:`TensorRTBackend.load_engine`
+        on a stored one: a plan that cannot be refitted is rebuilt rather than failing a forward.
+
+        Raises:
+            EngineBuildError: deserialization or refit failed.
+            BackendUnavailableError: no CUDA device.
+        """
+        try:
+            self._deserialized()
+        except EngineRunError as exc:
+            raise EngineBuildError(str(exc)) from exc
 
     def create_runner(self) -> TrtRunner:
         """A new execution context + stream for one executor (the fused GPU operator calls this)."""

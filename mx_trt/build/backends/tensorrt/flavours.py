@@ -44,6 +44,9 @@ class TrtBackendInfo(Protocol):
     def module(self) -> Any:
         """The Python module of this TensorRT (raises ``BackendUnavailableError``)."""
 
+    def unavailable_reason(self) -> Optional[str]:
+        """``None`` if engines can be built and run here, else what is missing."""
+
 
 def rtx_specialization(extra: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> str:
     """The RTX dynamic-shapes kernel specialization strategy: ``lazy`` (default), ``eager`` or ``none``.

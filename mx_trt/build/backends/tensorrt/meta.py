@@ -4,7 +4,13 @@
 ``name``, ``device_id``, ``inputs`` / ``outputs`` (``name``, bound ``shape``,
 ``dtype``, network ``dims`` with -1 for dynamic), ``profiles``
 (``[{input: [min, opt, max]}]``), ``batch_ranges``, ``output_shape_rule``,
-``strongly_typed``, ``rtx_specialization``, ``plan_bytes`` and ``plan_sha256``.
+``strongly_typed``, ``rtx_specialization``, ``plan_bytes`` and ``plan_sha256``;
+the builder adds ``stripped`` (the plan holds no weights: loading it needs
+``BuildOptions.extra["weights"]``), ``unstripped_reason`` (why a plan keeps its
+weights), ``onnx_weight_bytes`` (the exported initializers), and after a refit
+``refit_weights`` (the names set) with ``stripped_weights_bytes`` /
+``total_weights_bytes`` where ``EngineStat`` gives them. A description without
+``stripped`` is a plan with its weights.
 
 Output shape rules: ``static`` (no dynamic input), ``batch`` (dimension 0 of
 every input and output is one shared batch; outputs follow it) or ``engine``

@@ -34,6 +34,10 @@ Sections (see benchmarks/README.md for the latest numbers):
 6. ``memory``: peak RSS and RSS after bind, each variant in its own process
    (``benchmarks/bench_memory.py``): native, the pass without plan cache, and
    the pass with a warm cache, on ResNet-50 v1 and a 2 GB FullyConnected.
+7. ``soak`` (only when named in ``--only``): ``--soak-cycles`` cycles of bind,
+   forwards and unbind on a small CNN, natively and with the pass, each in its
+   own process (``benchmarks/bench_soak.py``): binds/s, forwards/s, RSS start,
+   end and max, growth per 1,000 cycles, and the engine pool at the end.
 
 Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
 ``pip install -r requirements/bench.txt``) and the tables on stdout.
@@ -390,6 +394,13 @@ def render_tables(res: Dict[str, Any]) -> str:
         out.append(_table(["model", "variant", "baseline", "+after bind", "+peak", "peak / native", "bind s", "cache MB"],
                           rows, right_from=2))
         out.append("")
+    if res.get("soak"):
+        import bench_soak
+
+        out.append(f"Soak: bind, {res['soak'][0]['forwards_per_cycle']} forwards, unbind; small CNN {bench_soak.SHAPE}; "
+                   "growth = RSS slope over the second half of the cycles")
+        out.append(bench_soak.render(res["soak"]))
+        out.append("")
     if res.get("fused_node"):
         out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")
         rows = [[r["case"], f"{r['fused_forward_us']:.1f} ({r['best']['fused_forward_us']:.1f})",
@@ -562,6 +573,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="largest graph on which the O(K*V) reference runs (default 20000)")
     ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models",
                     help="comma-separated sections to run")
+    ap.add_argument("--soak-cycles", type=int, default=None, help="cycles of the soak section (default 1000; quick 100)")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
                     "(default: all of benchmarks/bench_models.py)")
@@ -606,6 +618,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from bench_memory import bench_memory
 
         res["memory"] = bench_memory(["resnet18_v1"] if args.quick else ["resnet50_v1", "fc_2gb"])
+    if "soak" in only:
+        from bench_soak import bench_soak
+
+        res["soak"] = bench_soak(args.soak_cycles or (100 if args.quick else 1000))
     if "models" in only:
         import bench_models
 

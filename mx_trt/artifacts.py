@@ -9,7 +9,8 @@ optimized symbol natively: no export, no engine build.
 
 Folder layout::
 
-    OUTDIR/mx_trt.json           manifest: format, backend and version, device, input shapes, engines
+    OUTDIR/mx_trt.json           manifest: format, backend and version, device, input shapes, engines,
+                                 size and sha256 of the three files below
     OUTDIR/model-symbol.json     optimized symbol; fused nodes name their subgraph
     OUTDIR/model-0000.params     remaining weights (arg:/aux:), as mx.model.save_checkpoint writes
     OUTDIR/engines-0000.params   weights the stored engines are fed at load (``subgraph/initializer``);
@@ -23,19 +24,25 @@ reports the device or version difference when loading fails.
 :func:`load` treats the folder as read-only: it writes, renames and removes
 nothing there (no lock or temporary file either), opens only the file names
 the layout above fixes (a manifest naming a path elsewhere is damaged), checks
-every engine's size and sha256 first, and reports every problem as an
+every file's and every engine's size and sha256 first (a folder exported
+before the manifest recorded its files skips that check for them), checks
+that the parameters hold every weight the symbol needs, and reports every
+problem as an
 :class:`~mx_trt.errors.ExportError` naming the file, a
 :class:`~mx_trt.errors.BackendUnavailableError` or a
 :class:`~mx_trt.errors.ShapeError`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import operator
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.build import engines
 from mx_trt._version import __version__
@@ -55,6 +62,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["FORMAT_VERSION", "LoadedModel", "export_model", "load"]
 
 FORMAT_VERSION = 2  # 2: engines-0000.params, weights fed to stored engines at load
+_INT32_MAX = 2**31 - 1  # MXNet 1.9.1's largest dimension and element count
 MANIFEST = "mx_trt.json"
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -206,6 +214,8 @@ def export_model(
         "engines_dir": ENGINES_DIR,
         "engines": records,
         "native_failures": dict(info.native_failures),
+        "files": {name: _file_record(os.path.join(outdir, name)) for name in (SYMBOL_FILE, PARAMS_FILE,
+                                                                             ENGINE_WEIGHTS_FILE)},
     }
     try:
         with open(os.path.join(outdir, MANIFEST), "w", encoding="utf-8") as f:
@@ -215,6 +225,35 @@ def export_model(
     logger.info("exported %d engine(s) and %d params to %s", len(records), len(saved), outdir)
     del exe
     return manifest
+
+
+def _file_record(path: str) -> Dict[str, Any]:
+    """``{"size": bytes, "sha256": hex}`` of a file (written into the manifest, checked by :func:`load`)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def _check_files(directory: str, manifest: Mapping[str, Any]) -> None:
+    """Check the size and sha256 of every file the manifest records (exports made before this check record none).
+
+    Raises:
+        ExportError: a file is missing, unreadable, or differs from the manifest (named in the message).
+    """
+    for name, want in sorted(manifest.get("files", {}).items()):
+        path = os.path.join(directory, name)
+        try:
+            got = _file_record(path)
+        except OSError as exc:
+            raise ExportError(f"cannot read {path}: {exc.strerror or exc}; export the model again") from None
+        if got != want:
+            what = "size" if got["size"] != want["size"] else "sha256"
+            raise ExportError(f"{path} is damaged: its {what} differs from the one {MANIFEST} records; export the "
+                              "model again")
 
 
 def _plain_name(value: Any) -> bool:
@@ -238,6 +277,12 @@ def _manifest_problem(manifest: Any) -> Optional[str]:
             isinstance(k, str) and isinstance(v, list) and all(type(d) is int and d >= 0 for d in v)
             for k, v in inputs.items()):
         return "'inputs' is not a map of input names to shapes"
+    files = manifest.get("files", {})
+    if not isinstance(files, dict) or not all(
+            _plain_name(k) and isinstance(v, dict) and type(v.get("size")) is int
+            and isinstance(v.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", v["sha256"])
+            for k, v in files.items()):
+        return "'files' is not a map of file names to their size and sha256"
     recs = manifest.get("engines")
     if not isinstance(recs, list):
         return "'engines' is not a list"
@@ -284,10 +329,101 @@ def _read_engine_weights(path: str) -> Dict[str, Any]:
     try:
         saved = mx.nd.load(path)
     except (OSError, mx.base.MXNetError) as exc:
-        raise ExportError(f"cannot read the engines' weights {path}: {exc}") from None
-    if not isinstance(saved, dict):  # an empty dict is saved as an empty list
-        return {}
-    return {str(k): v.asnumpy() for k, v in saved.items()}
+        raise ExportError(f"cannot read the engines' weights {path}: {_mx_line(exc)}") from None
+    return {str(k): v.asnumpy() for k, v in _named_arrays(saved, path).items()}
+
+
+def _mx_line(exc: BaseException) -> str:
+    """The informative line of an MXNet (or OS) error: no C++ trace, timestamp or source position."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    picked = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "Traceback", "Stack trace", "[bt]"))),
+                  lines[0] if lines else type(exc).__name__)
+    picked = re.sub(r"^(MXNetError: )+", "", picked)
+    return re.sub(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", picked)
+
+
+def _named_arrays(saved: Any, path: str) -> Dict[str, Any]:
+    """What ``mx.nd.load`` read from an export's params file, as a dict.
+
+    Raises:
+        ExportError: the file holds a list of arrays (``mx.nd.save`` writes an empty dict as an empty list).
+    """
+    if isinstance(saved, dict):
+        return saved
+    if saved:
+        raise ExportError(f"{path} is damaged: it holds a list of {len(saved)} arrays, not named ones")
+    return {}
+
+
+def _positive_dims(name: Any, value: Any) -> Tuple[int, ...]:
+    """``value`` as a shape of positive ints MXNet can hold.
+
+    Raises:
+        ShapeError: not a sequence of integers, or a dimension below 1, over
+            2**31 - 1, or more elements than that.
+    """
+    try:
+        if isinstance(value, (str, bytes)) or any(isinstance(d, bool) for d in value):
+            raise TypeError("not a sequence of integers")
+        dims = tuple(operator.index(d) for d in value)
+    except TypeError:
+        raise ShapeError(f"shapes[{name!r}] is {value!r}; expected a tuple of positive ints") from None
+    count = 1
+    for d in dims:
+        count *= d
+    if not dims or min(dims) < 1 or max(dims) > _INT32_MAX or count > _INT32_MAX:
+        raise ShapeError(f"shapes[{name!r}] is {dims}; expected a tuple of positive ints, each and their product "
+                         f"at most {_INT32_MAX} (MXNet's limit)")
+    return dims
+
+
+def _bind_shapes(directory: str, manifest: Mapping[str, Any], shapes: Any) -> Dict[str, Tuple[int, ...]]:
+    """The shapes to bind an export with: ``shapes`` checked, or the exported ones.
+
+    Raises:
+        ShapeError: ``shapes`` is not a mapping of input names to positive ints,
+            names an unknown input, or (when the export holds engines) changes
+            a rank or a dimension other than the batch.
+    """
+    exported = {k: tuple(v) for k, v in manifest["inputs"].items()}
+    if shapes is None or (isinstance(shapes, Mapping) and not shapes):
+        return exported
+    if not isinstance(shapes, Mapping):
+        raise ShapeError(f"shapes must be a dict of input names to tuples of ints, got {type(shapes).__name__}")
+    out = {}
+    for name, value in shapes.items():
+        if not isinstance(name, str):
+            raise ShapeError(f"shapes must be keyed by input name (a str), got {name!r}")
+        out[name] = _positive_dims(name, value)
+    unknown = sorted(set(out) - set(exported))
+    if unknown:
+        raise ShapeError(f"{unknown} are not inputs of the export (inputs: {sorted(exported)})")
+    if manifest["engines"]:
+        for name, dims in out.items():
+            want = exported[name]
+            if len(dims) != len(want) or dims[1:] != want[1:]:
+                raise ShapeError(f"{directory}: its engines take {name} of shape {want} (only the batch, dimension 0, "
+                                 f"may vary), got {dims}")
+    return out
+
+
+def _check_batch(directory: str, manifest: Mapping[str, Any], bind_shapes: Mapping[str, Tuple[int, ...]],
+                 engines_: Sequence[Any]) -> None:
+    """Raise :class:`ShapeError` unless every engine takes the batch of ``bind_shapes``."""
+    exported = {k: tuple(v) for k, v in manifest["inputs"].items()}
+    batches = {s[0] for s in bind_shapes.values()}
+    if not engines_ or all(tuple(bind_shapes[k]) == exported[k] for k in bind_shapes) or len(batches) != 1:
+        return  # the exported shapes are known to bind; inputs of several batches are MXNet's to judge
+    b = batches.pop()
+    for fused in engines_:
+        eng = fused.engine
+        if not eng.batch_ranges:
+            raise ShapeError(f"{directory}: the engine of {fused.name} was built for batch "
+                             f"{eng.inputs[0].shape[0] if eng.inputs and eng.inputs[0].shape else '?'} only, "
+                             f"not {b} (export with --max-batch N for a dynamic batch)")
+        if not eng.covers(b):
+            raise ShapeError(f"{directory}: batch {b} is outside the profiles {eng.batch_ranges} (min, opt, max) "
+                             f"of the engine of {fused.name}")
 
 
 def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Any:
@@ -310,12 +446,18 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
             unreadable file (named in the message), or an engine the backend
             cannot load here.
         BackendUnavailableError: the export's backend is missing here.
-        ShapeError: ``shapes`` do not fit the engines.
+        ShapeError: ``shapes`` is not a dict of input names to tuples of
+            positive ints, or does not fit the engines.
     """
     import mxnet as mx
 
-    directory = os.path.abspath(directory)
+    try:
+        directory = os.path.abspath(os.fspath(directory))
+    except TypeError:
+        raise ExportError(f"the export folder must be a path, got {directory!r}") from None
     manifest = read_manifest(directory)
+    bind_shapes = _bind_shapes(directory, manifest, shapes)
+    _check_files(directory, manifest)
     ctx = ctx or mx.cpu()
     if ctx.device_type != manifest["device_type"]:
         raise ExportError(f"{directory} holds {manifest['device_type']} engines; it cannot be bound on {ctx}")
@@ -367,28 +509,25 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         with open(sym_path, encoding="utf-8") as f:
             sym = mx.sym.load_json(_rewrite_engine_attrs(f.read(), mapping))
     except (OSError, ValueError, mx.base.MXNetError, ExportError) as exc:
-        raise ExportError(f"cannot read the symbol {sym_path}: {exc}") from None
+        raise ExportError(f"cannot read the symbol {sym_path}: {_mx_line(exc)}") from None
     try:
-        saved = mx.nd.load(params_path)
+        saved = _named_arrays(mx.nd.load(params_path), params_path)
     except (OSError, mx.base.MXNetError) as exc:
-        raise ExportError(f"cannot read the parameters {params_path}: {exc}") from None
-    if not isinstance(saved, dict):  # an empty dict is saved as an empty list
-        saved = {}
+        raise ExportError(f"cannot read the parameters {params_path}: {_mx_line(exc)}") from None
     args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    try:
-        bind_shapes = {str(k): tuple(int(d) for d in v) for k, v in (shapes or manifest["inputs"]).items()}
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ShapeError(f"shapes must map input names to tuples of ints: {exc}") from None
-    unknown = sorted(set(bind_shapes) - set(manifest["inputs"]))
-    if unknown:
-        raise ShapeError(f"{unknown} are not inputs of the export (inputs: {sorted(manifest['inputs'])})")
+    lacking = [n for n in sym.list_arguments() if n not in args and n not in manifest["inputs"]]
+    lacking += [n for n in sym.list_auxiliary_states() if n not in aux]
+    if lacking:  # MXNet would bind them as zeros: a silent wrong output
+        raise ExportError(f"{params_path} lacks {', '.join(lacking[:5])}{', ...' if len(lacking) > 5 else ''}, "
+                          "which the symbol needs; export the model again")
+    _check_batch(directory, manifest, bind_shapes, fused_engines)
     try:
         with disabled():
             exe = sym.simple_bind(ctx, grad_req="null", shared_buffer=dict(args), **bind_shapes)
         exe.copy_params_from(args, aux, allow_extra_params=True)
-    except (mx.base.MXNetError, ValueError, KeyError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except (mx.base.MXNetError, ValueError, KeyError, TypeError, RuntimeError, OverflowError) as exc:
+        first = _mx_line(exc)
         if shapes:
             raise ShapeError(f"{directory}: cannot bind with shapes {bind_shapes}: {first}") from None
         raise ExportError(f"{directory}: the symbol and parameters do not bind ({first}); export the model again") \

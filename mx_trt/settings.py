@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import operator
 import os
 import dataclasses
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from mx_trt.errors import MxTrtError
 
@@ -20,6 +22,24 @@ _fp16_override: Optional[bool] = None
 _profiles_override: Optional[List[Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]]] = None
 
 Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
+
+#: MXNet 1.9.1's shapes are 32-bit: no dimension (batch included) may be larger.
+INT32_MAX = 2**31 - 1
+
+#: The engine backends, as ``MXNET_TENSORRT_BACKEND`` and the ``backend`` option name them.
+BACKEND_NAMES = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+
+_warned: Set[Tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: Tuple[str, str], message: str, *args: Any) -> None:
+    """Log ``message`` as a warning the first time ``key`` (variable, value) is seen in this process."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    logger.warning(message, *args)
 
 
 def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[Sequence[int]]]]]) -> None:
@@ -51,12 +71,28 @@ def _parse_profiles(raw: Any, where: str) -> List[Profile]:
         prof: Profile = {}
         for name, triple in p.items():
             try:
-                mn, op, mx = (tuple(int(d) for d in s) for s in triple)
+                if isinstance(triple, (str, bytes)) or len(triple) != 3:
+                    raise TypeError("not three shapes")
+                mn, op, mx = (_dims(s) for s in triple)
             except (TypeError, ValueError):
-                raise MxTrtError(f"{where}: input {name!r} needs [min_shape, opt_shape, max_shape], got {triple!r}") from None
+                raise MxTrtError(f"{where}: input {name!r} needs [min_shape, opt_shape, max_shape], each a list of "
+                                 f"integers from 1 to {INT32_MAX}, got {triple!r}") from None
+            if not len(mn) == len(op) == len(mx) or not all(a <= b <= c for a, b, c in zip(mn, op, mx)):
+                raise MxTrtError(f"{where}: input {name!r} needs min <= opt <= max in every dimension, with one rank, "
+                                 f"got {triple!r}")
             prof[str(name)] = (mn, op, mx)
         out.append(prof)
     return out
+
+
+def _dims(shape: Any) -> Tuple[int, ...]:
+    """A shape of integers from 1 to :data:`INT32_MAX` (raises ``TypeError`` / ``ValueError`` otherwise)."""
+    if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) for d in shape):
+        raise TypeError("not a list of integers")
+    dims = tuple(operator.index(d) for d in shape)
+    if not dims or not all(1 <= d <= INT32_MAX for d in dims):
+        raise ValueError("dimensions must be from 1 to 2**31 - 1")
+    return dims
 
 
 def get_optimization_profiles() -> Optional[List[Profile]]:
@@ -66,11 +102,13 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
     raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
     if not raw:
         return None
+    where = f"MXNET_TENSORRT_PROFILES={raw!r}"
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise MxTrtError(f"MXNET_TENSORRT_PROFILES is not valid JSON: {exc}") from None
-    return _parse_profiles(data, "MXNET_TENSORRT_PROFILES")
+        raise MxTrtError(f"{where} is not valid JSON ({exc}); expected a list of profiles, e.g. "
+                         '[{"data": [[1,3,224,224], [8,3,224,224], [32,3,224,224]]}]') from None
+    return _parse_profiles(data, where)
 
 
 def set_use_fp16(status: Optional[bool]) -> None:
@@ -195,14 +233,18 @@ class Settings:
             MxTrtError: a variable has a bad value (the message names it and what is allowed).
         """
         env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
+        env_int("MXNET_TENSORRT_WORKSPACE_MB", 0, 1, 2**43 - 1)  # read by the TensorRT builder
+        _env_choice("MXNET_TENSORRT_RTX_SPECIALIZATION", "lazy", ("lazy", "eager", "none"))  # TensorRT-RTX builds
+        _check_advisory()
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
-        backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip() or None
+        # An unknown name is the backend selection's error (BackendUnavailableError, raised at bind).
+        backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip().lower() or None
         return cls(
             exclude_ops=frozenset(x.strip() for x in excl.split(",") if x.strip()),
-            min_subgraph_size=env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1),
+            min_subgraph_size=env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1, INT32_MAX),
             backend=backend,
             fp16=get_use_fp16(),
-            max_batch_size=env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0) or None,
+            max_batch_size=env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0, INT32_MAX) or None,
             profiles=get_optimization_profiles(),
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
             engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),
@@ -229,6 +271,43 @@ class Settings:
                 raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
             changes[field_name] = parsed
         return dataclasses.replace(self, **changes)
+
+
+def _check_advisory() -> None:
+    """Variables whose bad value costs one warning per process, the default being used.
+
+    ``MX_TRT_AUTOLOAD`` (read at interpreter start by ``mx_trt_autoload``: any
+    value but 0/false/no/off keeps the hook), ``MXNET_TENSORRT_CUDART`` (a path
+    that does not exist: the library path is searched instead) and operator
+    names in ``MXNET_TENSORRT_EXCLUDE_OPS`` that MXNet does not know.
+    """
+    raw = os.environ.get("MX_TRT_AUTOLOAD")
+    if raw is not None and raw.strip().lower() not in ("", "1", "true", "yes", "on", "0", "false", "no", "off"):
+        warn_once(("MX_TRT_AUTOLOAD", raw), "MX_TRT_AUTOLOAD=%r is not understood: the start-up hook stays on "
+                  "(the default); use 0 to opt out, 1 to opt in", raw)
+    raw = os.environ.get("MXNET_TENSORRT_CUDART", "").strip()
+    if os.sep in raw and not os.path.exists(raw):
+        warn_once(("MXNET_TENSORRT_CUDART", raw), "MXNET_TENSORRT_CUDART=%r: no such file; the TensorRT backends "
+                  "look for libcudart on the library path instead (the default)", raw)
+    value = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
+    excl = [x.strip() for x in value.split(",") if x.strip()]
+    if excl and ("MXNET_TENSORRT_EXCLUDE_OPS", value) not in _warned:
+        known = _mxnet_op_names()
+        unknown = [x for x in excl if known and x not in known]
+        if unknown:
+            warn_once(("MXNET_TENSORRT_EXCLUDE_OPS", value), "MXNET_TENSORRT_EXCLUDE_OPS=%r: %s %s not an MXNet "
+                      "operator name; it matches the op names of the symbol's JSON (e.g. Convolution, Activation)",
+                      value, ", ".join(unknown), "is" if len(unknown) == 1 else "are")
+
+
+def _mxnet_op_names() -> FrozenSet[str]:
+    """Every operator name MXNet has registered now (aliases included); empty if MXNet cannot say."""
+    try:
+        import mxnet as mx
+
+        return frozenset(mx.operator.get_all_registered_operators())
+    except Exception:  # no MXNet, or one without the list: nothing to compare with
+        return frozenset()
 
 
 def _opt_bool(field_name: str) -> Callable[[Any], Tuple[str, bool]]:

@@ -146,14 +146,64 @@ def _sweep_orphans_once() -> None:
         sweep_orphans()
 
 
-_pool: Dict[str, "weakref.WeakSet[Engine]"] = {}
+#: Pool key -> weak references to the engines built or loaded for it in this process. The
+#: pool never keeps an engine alive: an engine that no executor (nor a pinned symbol) uses
+#: goes, and its key with it (:func:`_forget`), so a long-running process holds no key per
+#: subgraph it has ever bound.
+_pool: Dict[str, List["weakref.ref[Engine]"]] = {}
 _pool_lock = threading.Lock()
+#: (key, reference) of engines that died while ``_pool_lock`` was held; removed at the next lock.
+_dead: List[Tuple[str, "weakref.ref[Engine]"]] = []
+
+
+def _drop(key: str, ref: "weakref.ref[Engine]") -> None:
+    """Remove one dead reference, and its key once empty (``_pool_lock`` held)."""
+    refs = _pool.get(key)
+    if refs is None:
+        return
+    refs[:] = [r for r in refs if r is not ref and r() is not None]
+    if not refs:
+        del _pool[key]
+
+
+def _prune_dead() -> None:
+    """Apply the removals deferred by :func:`_forget` (``_pool_lock`` held)."""
+    while _dead:
+        _drop(*_dead.pop())
+
+
+def _forget(key: str) -> Callable[["weakref.ref[Engine]"], None]:
+    """The weak-reference callback that removes a dead engine (and its emptied key) from the pool.
+
+    It may run in any thread, also while this thread holds ``_pool_lock`` (a
+    garbage collection inside a locked block): then it only records the removal,
+    done at the next acquisition of the lock.
+    """
+    def callback(ref: "weakref.ref[Engine]") -> None:
+        if _pool_lock.acquire(blocking=False):
+            try:
+                _prune_dead()
+                _drop(key, ref)
+            finally:
+                _pool_lock.release()
+        else:
+            _dead.append((key, ref))  # list.append is atomic
+
+    return callback
 
 
 def clear_pool() -> None:
     """Forget the engines kept for reuse in this process (engines in use stay alive)."""
     with _pool_lock:
         _pool.clear()
+        _dead.clear()
+
+
+def pool_size() -> Tuple[int, int]:
+    """(keys, live engines) in this process's pool: both fall back as executors are freed."""
+    with _pool_lock:
+        _prune_dead()
+        return len(_pool), sum(1 for refs in _pool.values() for r in refs if r() is not None)
 
 
 class EngineProvider:
@@ -222,8 +272,10 @@ class EngineProvider:
         batch = job.graph.shapes[job.inputs[0]][0] if job.inputs and job.graph.shapes[job.inputs[0]] else None
         pool_key, key = self._keys(job)
         with _pool_lock:
-            for eng in list(_pool.get(pool_key, ())):
-                if batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
+            _prune_dead()
+            for ref in list(_pool.get(pool_key, ())):
+                eng = ref()
+                if eng is not None and batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
                     self.reuses += 1
                     logger.info("%s: reusing an engine built earlier in this process (profiles %s)", job.name,
                                 eng.batch_ranges or "static")
@@ -241,8 +293,10 @@ class EngineProvider:
         else:
             with cache.lock(key):
                 eng, source = self._from_cache_or_build(cache, job, key, opts)
+        ref = weakref.ref(eng, _forget(pool_key))
         with _pool_lock:
-            _pool.setdefault(pool_key, weakref.WeakSet()).add(eng)
+            _prune_dead()
+            _pool.setdefault(pool_key, []).append(ref)
         return eng, source
 
     def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mx_trt.passes.ir import Entry, Graph, Node
@@ -86,7 +87,8 @@ def symbol_to_graph(
         output's type, ``"unknown"`` where MXNet could not infer it.
 
     Raises:
-        ShapeError: MXNet's shape inference rejects the given shapes.
+        ShapeError: a given shape has a dimension that is not a positive integer
+            (:func:`check_dims`), or MXNet's shape inference rejects the shapes.
         GraphImportError: the JSON cannot be read, or MXNet's type inference fails.
 
     Complexity: O(V + E) plus MXNet's inference.
@@ -163,7 +165,7 @@ def _with_unique_names(sym: Any) -> Tuple[Any, Dict[str, Any], Dict[int, str]]:
     import mxnet as mx
 
     try:
-        js = json.loads(sym.tojson())
+        js = json.loads(sym.tojson(remove_amp_cast=False))
         jnodes = js["nodes"]
     except (ValueError, KeyError, mx.base.MXNetError) as exc:
         raise GraphImportError(f"cannot read the symbol's JSON: {exc}") from exc
@@ -182,9 +184,30 @@ def _output_owners(internals: Any) -> List[str]:
     return [internals[i].name for i in range(len(internals.list_outputs()))]
 
 
+def check_dims(shapes: Mapping[str, Any]) -> None:
+    """Raise :class:`ShapeError` naming every shape with a dimension that is not a positive integer.
+
+    MXNet 1.9.1 reads a 0 as "unknown" and rejects negative dimensions deep in
+    its inference; a shape given with one is reported here as such, not as a
+    shape that cannot be inferred.
+    """
+    bad = []
+    for name, shape in shapes.items():
+        try:
+            ok = len(shape) > 0 and all(not isinstance(d, bool) and operator.index(d) > 0 for d in shape)
+        except TypeError:
+            ok = False
+        if not ok:
+            bad.append(f"{name}={tuple(shape) if isinstance(shape, (list, tuple)) else shape!r}")
+    if bad:
+        raise ShapeError(f"shape {', '.join(bad)}: every dimension must be a positive integer (MXNet reads 0 as "
+                         "unknown and rejects negative dimensions)")
+
+
 def _infer_shapes(internals: Any, entries: List[Optional[Entry]], shapes: Mapping[str, Tuple[int, ...]]) -> Dict[Entry, Tuple[int, ...]]:
     import mxnet as mx
 
+    check_dims(shapes)
     try:
         _, out_shapes, _ = internals.infer_shape_partial(**dict(shapes))
     except mx.base.MXNetError as exc:

@@ -51,7 +51,9 @@ class BindInfo:
         original: The symbol the user bound.
         plan: The analysis.
         engines: The fused engines this executor owns.
-        absorbed: Weight name -> digest (:func:`mx_trt.pipeline.weights.digest`) of the value baked into the engines.
+        absorbed: Weight name -> digest (:func:`mx_trt.pipeline.weights.digest`) of the value baked
+            into the engines, for the weights no longer among the symbol's arguments and for those
+            that are also graph outputs (those stay executor arguments: they are outputs too).
         native_failures: Subgraph name -> why its engine was not built.
         backend: Backend name.
         timings: Seconds spent per pipeline stage.
@@ -178,8 +180,12 @@ def optimize(request: BindRequest) -> BindInfo:
         fused = register_engine(sg.name, engine, [entry_name(graph, e) for e in ins], out_names)
         fused.source = source
         fused.build_count = int(source == "built")
-        if ranges and engine.batch_ranges:
-            fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings, ranges, digests_all)
+        # executor.reshape to a batch this engine does not take builds one for it (static, or
+        # over a widened profile when profiles were asked for).
+        fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings,
+                                   ranges if engine.batch_ranges else [], digests_all)
+        if not ranges:
+            fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
         built.append((sg, fused))
     progress.done()
     weights_np.release()  # engines hold what they need; a later rebuild makes new views
@@ -195,6 +201,9 @@ def optimize(request: BindRequest) -> BindInfo:
     new_args = set(new_sym.list_arguments())
     new_aux = set(new_sym.list_auxiliary_states())
     absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
+    # A weight that is also a graph output stays an executor argument (it is an output
+    # too), yet the engines hold their own copy of it: copy_params_from must check it as well.
+    absorbed_names |= _baked_heads(graph, absorbed_ids) & set(digests_all)
     digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
     info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
                     native_failures=failures, backend=backend.name, timings=timings,
@@ -221,9 +230,11 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
     new_sym, graph, params, shapes = info.symbol, info.plan.graph, request.params, request.shapes
     new_args = set(new_sym.list_arguments())
     new_aux = set(new_sym.list_auxiliary_states())
-    # Arguments nobody gave a shape for (weights missing from shared_buffer) keep the inferred one.
+    # Every argument gets its shape from the analysis: MXNet reads none from shared_buffer, and
+    # once the operators that consumed a weight are inside an engine, nothing may be left to
+    # infer it from (a weight that is also a graph output, or missing from shared_buffer).
     inferred = {n.name: graph.shapes[Entry(n.id, 0)] for n in graph.nodes if n.is_variable and Entry(n.id, 0) in graph.shapes}
-    bind_shapes = {k: shapes.get(k, inferred.get(k)) for k in new_args if k in shapes or (k not in params and k in inferred)}
+    bind_shapes = {k: shapes.get(k, inferred.get(k)) for k in new_args if k in shapes or k in inferred}
     # A weight that was also given a shape stays an executor argument (MXNet lets
     # the caller overwrite it); its value still comes from shared_buffer, as natively.
     native_buf = {k: v for k, v in params.items() if k in new_args and isinstance(v, mx.nd.NDArray)
@@ -296,21 +307,48 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph))
 
 
+def _baked_heads(graph: Graph, absorbed: Set[int]) -> Set[str]:
+    """Names of absorbed variables that are also graph outputs."""
+    return {graph.nodes[e.node].name for e in graph.heads if e.node in absorbed}
+
+
 class _Rebuilder:
-    """Builds a fused node's engine again for a batch outside its profiles (``executor.reshape``)."""
+    """Gets a fused node's engine for another batch (``executor.reshape``): ``batch -> (engine, source)``.
+
+    With batch profiles (a batch-dynamic engine), the new engine's profile
+    spans 1 to the largest batch seen; otherwise it is static at ``batch``.
+    The engine comes from :class:`EngineProvider` as at bind: this process's
+    pool, the plan cache, or a build.
+
+    Raises:
+        ParamMismatchError: a weight baked in at bind time has changed in the caller's arrays since.
+        MxTrtError: the subgraph does not export or build at that batch.
+    """
 
     def __init__(self, exporter: SubgraphExporter, provider: EngineProvider, sg: Subgraph, absorbed: Set[int],
                  settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str]) -> None:
         self.exporter, self.provider, self.sg, self.absorbed = exporter, provider, sg, absorbed
         self.settings, self.ranges, self.digests = settings, list(ranges), digests
 
-    def __call__(self, batch: int) -> Any:
-        ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))]
-        graph = self.exporter.graph_at(batch)
+    def __call__(self, batch: int) -> Tuple[Any, str]:
+        ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))] if self.ranges else []
+        try:
+            graph = self.exporter.graph_at(batch)
+        except MxTrtError:
+            raise
+        except Exception as exc:  # MXNet refuses the batch (a shape fixed in the graph)
+            raise ShapeError(f"{self.sg.name}: MXNet cannot infer the graph's shapes at batch {batch}: {exc}") from exc
         ins, outs = boundary(graph, self.sg.nodes, self.absorbed)
-        engine, _ = self.provider.get(_job(self.sg, graph, ins, outs, self.digests, self.settings.fp16, ranges, self.exporter))
-        self.ranges = ranges
-        return engine
+        job = _job(self.sg, graph, ins, outs, self.digests, self.settings.fp16, ranges, self.exporter)
+        for name, baked in sorted(job.weight_digests.items()):
+            # The export reads the caller's arrays now: they must still hold what the bind baked in.
+            if digest_of(self.exporter.params[name]) != baked:
+                raise ParamMismatchError(f"{self.sg.name}: weight {name!r} changed since the bind, so an engine "
+                                         f"for batch {batch} would not match the bound one; bind again")
+        got = self.provider.get(job)
+        if ranges:
+            self.ranges = ranges
+        return got
 
 
 def _copy_into(dst: Any, src: Any) -> None:

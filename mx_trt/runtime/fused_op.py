@@ -8,7 +8,11 @@ Engines are passed to MXNet by key: the symbol JSON holds
 ``{"op": "Custom", "op_type": "_mx_trt_fused", "mx_trt_engine": KEY}`` and the
 process-wide :data:`_ENGINES` table maps KEY to the :class:`FusedEngine`. The
 table holds weak references: the bound executor's
-:class:`~mx_trt.pipeline.bind.BindInfo` owns the engines.
+:class:`~mx_trt.pipeline.bind.BindInfo` owns the engines, and so do the
+operator objects MXNet creates for the node (shared with executors made by
+``executor.reshape``). Those drop their engines as soon as MXNet frees them
+(:class:`_ReleasingTable`), so an engine goes with the last executor that uses
+it, without waiting for a garbage collection.
 """
 from __future__ import annotations
 
@@ -40,12 +44,24 @@ _PROCESS = secrets.token_hex(4)
 class FusedEngine:
     """An engine plus what MXNet needs to know about the fused node.
 
+    One fused node may run several engines over its life: ``executor.reshape``
+    to a batch that the bound engine does not take (outside its batch profiles,
+    or another batch for a static engine) gets an engine built for it by
+    :attr:`rebuild`, while executors already bound keep theirs. Each operator
+    instance MXNet creates (one per executor) holds the engine chosen for its
+    shapes; this object holds the latest one strongly and the others weakly, so
+    an engine goes with the last executor that runs it.
+
     Attributes:
         key: Registry key, unique in the process.
         name: Subgraph name.
-        engine: The backend engine.
+        engine: The latest engine chosen (at bind, the bound one).
         input_names / output_names: Argument and output names of the node.
         run_count: Forward calls so far (observable in tests).
+        build_count: Engines built for this node (0 when the bound one came from a cache).
+        rebuilds: Engines asked of :attr:`rebuild` (built, or found in a pool or plan cache).
+        rebuild: ``batch -> (engine, source)`` for another batch; ``None``: the node takes only its engines' shapes.
+        rebuild_hint: Appended to the log line of a rebuild (how to avoid it), or empty.
     """
 
     def __init__(self, name: str, engine: Engine, input_names: Sequence[str], output_names: Sequence[str]) -> None:
@@ -55,33 +71,78 @@ class FusedEngine:
         self.output_names = list(output_names)
         self.run_count = 0
         self.build_count = 0
+        self.rebuilds = 0
         self.source = ""
-        self.rebuild: Optional[Callable[[int], Engine]] = None
+        self.rebuild: Optional[Callable[[int], Tuple[Engine, str]]] = None
+        self.rebuild_hint = ""
         self.lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self._others: "weakref.WeakSet[Engine]" = weakref.WeakSet()
         with _lock:
             # The process's token keeps a symbol saved elsewhere from naming one of this process's engines.
             self.key = f"{name}:{_PROCESS}:{next(_counter)}"
             _ENGINES[self.key] = self
 
+    def _fitting(self, shapes: Sequence[Tuple[int, ...]]) -> Optional[Engine]:
+        for eng in [self.engine, *list(self._others)]:
+            try:
+                eng.output_shapes(shapes)
+            except ShapeError:
+                continue
+            return eng
+        return None
+
+    def _choose(self, eng: Engine) -> Engine:
+        if eng is not self.engine:
+            self._others.add(self.engine)
+            self.engine = eng
+        return eng
+
+    def engine_for(self, shapes: Sequence[Tuple[int, ...]]) -> Engine:
+        """An engine that runs ``shapes``: one this node has, else a new one from :attr:`rebuild` (one log line).
+
+        Raises:
+            ShapeError: the shapes do not fit and no engine can be built for them
+                (no rebuilder, or they differ from the bound ones beyond the batch).
+        """
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        with self._build_lock:
+            eng = self._fitting(shapes)
+            if eng is not None:
+                return self._choose(eng)
+            bound = self.engine
+            batch = shapes[0][0] if shapes and shapes[0] else None
+            if (self.rebuild is None or batch is None or len(shapes) != len(bound.inputs)
+                    or any(len(s) != len(t.shape) or s[1:] != t.shape[1:] or s[0] != batch
+                           for s, t in zip(shapes, bound.inputs))):
+                try:
+                    bound.output_shapes(shapes)
+                except ShapeError as exc:
+                    logger.error("%s: %s", self.name, exc)
+                    raise
+                return bound
+            where = f"outside the engine's profiles {bound.batch_ranges}" if bound.batch_ranges else \
+                f"not the static engine's batch {bound.inputs[0].shape[0]}"
+            try:
+                eng, source = self.rebuild(int(batch))
+                eng.output_shapes(shapes)  # the new engine must take them
+            except MxTrtError as exc:
+                logger.error("%s: batch %d is %s, and no engine can be made for it: %s", self.name, batch, where, exc)
+                raise
+            self.rebuilds += 1
+            self.build_count += int(source == "built")
+            how = {"built": "built", "disk": "loaded from the plan cache"}.get(source, "reused from this process")
+            logger.warning("%s: batch %d is %s: a new engine was %s for it%s", self.name, batch, where, how,
+                           f" ({self.rebuild_hint})" if self.rebuild_hint else "")
+            return self._choose(eng)
+
     def output_shapes(self, shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, ...]]:
-        """Output shapes for ``shapes``; outside the engine's batch profiles, build a new engine.
+        """Output shapes for ``shapes`` (:meth:`engine_for` picks or builds the engine).
 
         Raises:
             ShapeError: the shapes do not fit and no new engine can be built.
         """
-        try:
-            return self.engine.output_shapes(shapes)
-        except ShapeError as exc:
-            batch = shapes[0][0] if shapes and shapes[0] else None
-            if self.rebuild is None or batch is None or any(s[1:] != t.shape[1:] for s, t in zip(shapes, self.engine.inputs)):
-                logger.error("%s: %s", self.name, exc)
-                raise
-            logger.warning("%s: batch %d is outside the engine's profiles %s: building a new engine",
-                           self.name, batch, self.engine.batch_ranges)
-            with self.lock:
-                self.engine = self.rebuild(int(batch))
-                self.build_count += 1
-            return self.engine.output_shapes(shapes)
+        return self.engine_for(shapes).output_shapes(shapes)
 
 
 #: Engines kept alive by a symbol rather than an executor (``Symbol.optimize_for``): key -> engine.
@@ -191,17 +252,25 @@ def _register() -> None:
     import mxnet as mx
 
     class FusedOp(mx.operator.CustomOp):  # type: ignore[misc]
-        def __init__(self, fused: FusedEngine, layout: Optional[Layout] = None) -> None:
+        def __init__(self, fused: FusedEngine, layout: Optional[Layout] = None, engine: Optional[Engine] = None) -> None:
             super().__init__()
-            self.fused = fused
+            self.fused: Any = fused
+            # The engine for this executor's shapes (another executor of the node may run another one).
+            self.engine: Any = engine if engine is not None else fused.engine
             self.layout = layout
             self.scratch: Dict[int, Tuple[np.ndarray, int]] = {}
+
+        def _mx_trt_release(self) -> None:
+            # MXNet freed this operator (see _release_on_delete): drop the engine now, not at the next
+            # garbage collection of the reference cycle MXNet's callbacks form around this object.
+            self.fused = self.engine = None
+            self.scratch = {}
 
         def forward(self, is_train: bool, req: List[str], in_data: List[Any], out_data: List[Any], aux: List[Any]) -> None:
             fused = self.fused
             ins, outs, post = _plan_buffers(in_data, out_data, req, -1, self.scratch, _host_alloc, self.layout)
             with fused.lock:
-                fused.engine.run(ins, outs)
+                self.engine.run(ins, outs)
                 fused.run_count += 1
             for i, r in post:
                 if r == "null":
@@ -221,7 +290,10 @@ def _register() -> None:
     class FusedProp(mx.operator.CustomOpProp):  # type: ignore[misc]
         def __init__(self, mx_trt_engine: str) -> None:
             super().__init__(need_top_grad=False)
-            self.fused = lookup_engine(mx_trt_engine)
+            self.fused: Any = lookup_engine(mx_trt_engine)
+
+        def _mx_trt_release(self) -> None:
+            self.fused = None  # MXNet freed this node's operator properties (see _release_on_delete)
 
         def list_arguments(self) -> List[str]:
             return list(self.fused.input_names)
@@ -245,20 +317,21 @@ def _register() -> None:
             return []
 
         def create_operator(self, ctx: Any, shapes: Any, dtypes: Any) -> Any:
-            if ctx.device_type != "cpu":
-                return _gpu_operator(self.fused, ctx)
-            # Shapes are fixed for the executor that creates this operator.
+            # Shapes are fixed for the executor that creates this operator, and so is its engine.
             in_shapes = [tuple(int(d) for d in s) for s in shapes]
+            engine = self.fused.engine_for(in_shapes)
+            if ctx.device_type != "cpu":
+                return _gpu_operator(self.fused, ctx, engine)
             # dtypes arrive as MXNet type codes; infer_type fixed them to the engine's.
-            layout: Layout = ([(s, t.dtype) for s, t in zip(in_shapes, self.fused.engine.inputs)],
-                              [(tuple(s), t.dtype) for s, t in zip(self.fused.output_shapes(in_shapes), self.fused.engine.outputs)])
-            return FusedOp(self.fused, layout)
+            layout: Layout = ([(s, t.dtype) for s, t in zip(in_shapes, engine.inputs)],
+                              [(tuple(s), t.dtype) for s, t in zip(engine.output_shapes(in_shapes), engine.outputs)])
+            return FusedOp(self.fused, layout, engine)
 
 
 _GpuFusedOp: Any = None
 
 
-def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
+def _gpu_operator(fused: FusedEngine, ctx: Any, engine: Optional[Engine] = None) -> Any:
     """The fused operator for a GPU context: the engine reads and writes MXNet's device memory.
 
     Each operator instance (one per executor) owns a runner from
@@ -271,19 +344,26 @@ def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
         MxTrtError: the engine cannot run on a GPU (no ``create_runner``).
     """
     global _GpuFusedOp
-    if not callable(getattr(fused.engine, "create_runner", None)):
-        raise MxTrtError(f"{fused.name}: the {type(fused.engine).__name__} engine cannot run on {ctx}; "
+    engine = engine if engine is not None else fused.engine
+    if not callable(getattr(engine, "create_runner", None)):
+        raise MxTrtError(f"{fused.name}: the {type(engine).__name__} engine cannot run on {ctx}; "
                          "bind on mx.cpu() or use a TensorRT backend")
     if _GpuFusedOp is None:
         import mxnet as mx
 
         class GpuFusedOp(mx.operator.CustomOp):  # type: ignore[misc]
-            def __init__(self, fused: FusedEngine, ctx: Any) -> None:
+            def __init__(self, fused: FusedEngine, ctx: Any, engine: Any) -> None:
                 super().__init__()
-                self.fused = fused
+                self.fused: Any = fused
+                self.engine = engine  # the engine for this executor's shapes
                 self.ctx = ctx
                 self.runner: Any = None
                 self.scratch: Dict[int, Tuple[Any, int]] = {}
+
+            def _mx_trt_release(self) -> None:
+                self.__del__()
+                self.fused = self.engine = None
+                self.scratch = {}
 
             def _device_alloc(self, shape: Tuple[int, ...], dtype: str) -> Tuple[Any, int]:
                 buf = mx.nd.empty(shape, ctx=self.ctx, dtype=dtype)
@@ -294,12 +374,8 @@ def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
                 ins, outs, post = _plan_buffers(in_data, out_data, req, int(self.ctx.device_id), self.scratch,
                                                 self._device_alloc)
                 with fused.lock:
-                    # A reshape outside the profiles may have replaced the engine.
-                    if self.runner is None or self.runner.engine is not fused.engine:
-                        if self.runner is not None:
-                            self.runner.close()
-                        engine: Any = fused.engine
-                        self.runner = engine.create_runner()
+                    if self.runner is None:
+                        self.runner = self.engine.create_runner()
                     self.runner.run(ins, outs)
                     fused.run_count += 1
                 # The runner synchronized its stream, so the scratch arrays hold the
@@ -320,7 +396,7 @@ def _gpu_operator(fused: FusedEngine, ctx: Any) -> Any:
                         pass
 
         _GpuFusedOp = GpuFusedOp
-    return _GpuFusedOp(fused, ctx)
+    return _GpuFusedOp(fused, ctx, engine)
 
 
 _registered = False
@@ -345,14 +421,61 @@ def _drain_at_exit() -> None:
         logger.debug("waiting for MXNet's queue at exit failed", exc_info=True)
 
 
+class _ReleasingTable(dict):  # type: ignore[type-arg]
+    """MXNet's table of live Python custom-operator objects, telling ours when MXNet frees them.
+
+    MXNet (``mxnet.operator._registry.ref_holder``) holds every custom operator
+    and operator-properties object until its C++ side frees it, and each such
+    object also sits in a reference cycle with the ctypes callbacks MXNet made
+    for it. Out of the table, it is freed only by a garbage collection, which
+    may come many binds later (measured: up to 16 engines of freed executors
+    alive at once in a bind loop). Ours hold engines, so on deletion an object
+    that has ``_mx_trt_release`` drops its engine at once.
+    """
+
+    def __delitem__(self, key: Any) -> None:
+        obj = self.get(key)
+        super().__delitem__(key)
+        release = getattr(obj, "_mx_trt_release", None)
+        if release is not None:
+            try:
+                release()
+            except Exception:  # noqa: BLE001 - called from MXNet's C++ side: must never raise
+                logger.debug("releasing a freed fused operator failed", exc_info=True)
+
+
+def _release_on_delete() -> None:
+    """Put :class:`_ReleasingTable` in place of MXNet's table of live custom-operator objects (once)."""
+    import mxnet as mx
+
+    registry = mx.operator._registry
+    old = registry.ref_holder
+    if isinstance(old, _ReleasingTable):
+        return
+    before = set(old)
+    table = _ReleasingTable(old)
+    registry.ref_holder = table
+    # Whatever another thread changed in the old table while it was copied.
+    table.update({k: v for k, v in list(old.items()) if k not in before})
+    for k in before - set(old):
+        dict.pop(table, k, None)
+
+
 def ensure_registered() -> None:
     """Register the custom operator with MXNet once (and the exit handler that drains its queue)."""
     global _registered
     with _lock:
         if not _registered:
             _register()
+            _release_on_delete()
             atexit.register(_drain_at_exit)
             _registered = True
+
+
+def registry_size() -> int:
+    """How many fused nodes (:class:`FusedEngine`) are alive in this process: it falls back as executors go."""
+    with _lock:
+        return len(_ENGINES)
 
 
 def register_engine(name: str, engine: Engine, input_names: Sequence[str], output_names: Sequence[str]) -> FusedEngine:

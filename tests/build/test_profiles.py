@@ -131,8 +131,17 @@ def test_batch_dependent_export_falls_back_to_a_static_engine(monkeypatch, caplo
     fused = mx_trt.bind_info(exe).engines[0]
     assert fused.engine.batch_ranges == []
     assert any("static engine" in r.getMessage() for r in caplog.records)
-    with pytest.raises(mx.base.MXNetError):
-        exe.reshape(allow_up_sizing=True, data=(3, 3, 4))
+    # Another batch: the static engine cannot take it, so executor.reshape gets one built for it, as natively.
+    e = exe.reshape(allow_up_sizing=True, data=(3, 3, 4))
+    x = np.random.RandomState(0).uniform(-1, 1, (3, 3, 4)).astype("float32")
+    e.arg_dict["data"][:] = x
+    e.forward(is_train=False)
+    with disabled():
+        n = s.simple_bind(mx.cpu(), grad_req="null", data=(3, 3, 4))
+    n.arg_dict["data"][:] = x
+    n.forward(is_train=False)
+    np.testing.assert_allclose(e.outputs[0].asnumpy(), n.outputs[0].asnumpy(), rtol=RTOL, atol=ATOL)
+    assert fused.rebuilds == 1 and e.outputs[0].shape == (2, 18)
 
 
 def test_explicit_profiles_select_by_batch(monkeypatch):

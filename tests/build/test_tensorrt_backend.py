@@ -203,9 +203,10 @@ def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
     monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "64")
     build(tiny())
     assert seen == [(rtx.MemoryPoolType.WORKSPACE, 64 << 20)]
+    ex = tiny()  # exported first: a bind would already refuse the value (Settings.from_env)
     monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "lots")
     with pytest.raises(EngineBuildError, match="MXNET_TENSORRT_WORKSPACE_MB"):
-        build(tiny())
+        build(ex)
 
 
 def test_rtx_specialization_setting(monkeypatch):

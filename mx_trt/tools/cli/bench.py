@@ -12,10 +12,13 @@ from mx_trt.tools.cli.binding import WholeModelEngine, bind_accelerated, bind_na
 from mx_trt.tools.cli.checkpoint import Checkpoint, load_model, random_inputs, resolve_shapes
 from mx_trt.tools.cli.options import (
     EXIT_OK,
+    INT32_MAX,
+    SEED,
     Shape,
     UsageError,
     default_batches,
     engine_setup,
+    int_in,
     parse_batches,
     shapes_text,
     with_batch,
@@ -33,9 +36,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Time native MXNet, the accelerated executor and (where every operator "
                                    "converts) the whole model as one engine, side by side.")
     p.add_argument("--batch", metavar="B1,B2,...", help="batch sizes (replace dim 0 of every --shape)")
-    p.add_argument("--runs", type=int, default=20, help="timed runs per variant (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--runs", type=int_in(1, INT32_MAX), default=20, help="timed runs per variant (default 20)")
+    p.add_argument("--warmup", type=int_in(0, INT32_MAX), default=3, help="untimed runs first (default 3)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0 to 2**32 - 1)")
     p.add_argument("--no-whole", action="store_true", help="skip the whole-model engine")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.tools.cli.options import Shape, UsageError, parse_shape, shapes_text
+from mx_trt.tools.cli.options import INT32_MAX, Shape, UsageError, parse_shape, shapes_text
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +159,9 @@ def resolve_shapes(ckpt: Checkpoint, given: Mapping[str, Shape], arrays: Optiona
 
     Raises:
         UsageError: an unknown input name, a weight named as an input, an
-            array contradicting ``--shape``, an input without a shape, or
-            shapes MXNet's inference rejects.
+            array contradicting ``--shape``, an input without a shape, shapes
+            MXNet's inference rejects, a tensor over :func:`max_elements`, or
+            tensors that cannot fit in :func:`available_memory`.
     """
     import mxnet as mx
 
@@ -187,9 +188,14 @@ def resolve_shapes(ckpt: Checkpoint, given: Mapping[str, Shape], arrays: Optiona
     known = {k: tuple(v.shape) for k, v in params.items()}
     known.update(shapes)
     sym = ckpt.symbol
+    limit = max_elements()
+    too_big = [k for k, v in shapes.items() if _elements(v) > limit]
+    if too_big:
+        raise UsageError(f"input {too_big[0]}={','.join(str(d) for d in shapes[too_big[0]])} has "
+                         f"{_elements(shapes[too_big[0]]):,} elements; MXNet handles at most {limit:,} per tensor")
     try:
         arg_shapes, out_shapes, aux_shapes = sym.infer_shape_partial(**known)
-    except mx.base.MXNetError as exc:
+    except Exception as exc:  # MXNetError, or the plain Exception MXNet raises for a dimension over 2**31 - 1
         missing = [n for n in inputs if n not in shapes]
         if missing:
             raise UsageError(f"no shape for input {missing[0]!r}: add --shape {missing[0]}=d0,d1,...") from None
@@ -203,7 +209,90 @@ def resolve_shapes(ckpt: Checkpoint, given: Mapping[str, Shape], arrays: Optiona
     bad = [o for o, s in zip(sym.list_outputs(), out_shapes or []) if not s or any(d <= 0 for d in s)]
     if bad:
         raise UsageError(f"the shapes {shapes_text(shapes)} leave the shapes of {', '.join(bad)} unknown")
+    tensors = list(inferred.items()) + list(zip(sym.list_outputs(), out_shapes))
+    try:
+        internals = sym.get_internals()
+        _, inner, _ = internals.infer_shape_partial(**known)
+        tensors += [max(zip(internals.list_outputs(), inner), key=lambda t: _elements(t[1] or ()))]
+    except Exception:  # the outputs' inference passed, so this cannot fail for a real reason; skip the estimate
+        logger.debug("no shapes for the internal tensors", exc_info=True)
+    _check_size(shapes, tensors, limit)
     return shapes
+
+
+#: Bytes per element assumed for the memory estimate (the commands feed float32).
+_ITEM_BYTES = 4
+
+
+def _elements(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def max_elements() -> int:
+    """Largest element count of one tensor this MXNet handles: 2**31 - 1 unless built with ``USE_INT64_TENSOR_SIZE``."""
+    import mxnet as mx
+
+    try:
+        wide = bool(mx.runtime.Features().is_enabled("INT64_TENSOR_SIZE"))
+    except Exception:  # an MXNet without the feature list: assume the default build
+        wide = False
+    return 2**63 - 1 if wide else INT32_MAX
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory this process may still use: ``MemAvailable``, capped by a cgroup v2 limit; ``None`` if unknown."""
+    found: List[int] = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            cap = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
+        if cap != "max":
+            found.append(max(0, int(cap) - used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _check_size(shapes: Mapping[str, Shape], tensors: Sequence[Tuple[str, Sequence[int]]], limit: int) -> None:
+    """Refuse shapes MXNet cannot hold, or whose tensors cannot fit in memory.
+
+    ``tensors`` are the model's arguments, aux states and outputs at these
+    shapes, and its largest intermediate tensor: they exist at once in any
+    bind, so their bytes are a lower bound of what a bind needs.
+
+    Raises:
+        UsageError: a tensor over ``limit`` elements, or more bytes than are available.
+    """
+    for name, shape in tensors:
+        if shape and _elements(shape) > limit:
+            raise UsageError(f"the shapes {shapes_text(shapes)} make {name} {tuple(shape)}: {_elements(shape):,} "
+                             f"elements; MXNet handles at most {limit:,} per tensor")
+    need = sum(_elements(s) for _, s in tensors if s) * _ITEM_BYTES
+    have = available_memory()
+    if have is not None and need > have:
+        raise UsageError(f"the shapes {shapes_text(shapes)} need at least {_size(need)} for the model's inputs, "
+                         f"weights, outputs and largest intermediate tensor; {_size(have)} of memory is available")
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it >= 1 (``"1.5 GiB"``)."""
+    value, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}" if unit != "bytes" else f"{n} bytes"
 
 
 def load_inputs(path: str, inputs: Sequence[str]) -> Dict[str, np.ndarray]:

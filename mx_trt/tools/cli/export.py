@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from typing import Any
 
 from mx_trt.artifacts import export_model
@@ -24,11 +25,28 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+def _check_writable(outdir: str) -> None:
+    """Create ``outdir`` (and its parents) and check that a file can be written in it.
+
+    Raises:
+        UsageError: a file in the way, a read-only or missing parent, no permission.
+    """
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".mxtrt-probe-", dir=outdir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and os.fspath(exc.filename) != outdir else ""
+        raise UsageError(f"cannot create the export folder {outdir}: {exc.strerror or exc}{where}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Bind with the pass and write OUTDIR; print what was written and how to bind it again.
 
     Raises:
-        UsageError: a bad ``--max-batch``, OUTDIR a file, or OUTDIR not empty without ``--force``.
+        UsageError: a bad ``--max-batch``, OUTDIR a file, not empty without
+            ``--force``, or a folder that cannot be created or written.
     """
     check_max_batch(args)
     outdir = os.path.abspath(args.outdir)
@@ -38,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{outdir} is not empty (use --force to replace an earlier export)")
     ckpt, shapes, _ = load_model(args)
     settings, ctx, backend = engine_setup(args)
+    _check_writable(outdir)
     manifest = export_model(ckpt.symbol, ctx, ckpt.params, shapes, outdir, settings, backend, overwrite=args.force)
     if args.json:
         print(json.dumps(manifest, indent=2))

@@ -15,8 +15,10 @@ logging setup and the entry point (``mxtrt``, ``python -m mx_trt.tools.cli``).
 The pass's environment variables (``MXNET_TENSORRT_EXCLUDE_OPS``,
 ``MXNET_TENSORRT_MIN_SUBGRAPH_SIZE``, ``MXNET_TENSORRT_BACKEND``...) apply as
 they do at bind time. Exit status: 0 success, 1 ``verify`` found a mismatch
-(or the pass failed), 2 bad input (a missing file, a malformed option, shapes
-that do not fit the model, an unknown input name), reported in one line.
+(or the pass failed), 2 bad input (a missing file, a malformed option or
+environment value, shapes that do not fit the model or the memory, an unknown
+input name, a folder that cannot be created). Every error is one line on
+stderr, never a traceback (``-vv`` logs it).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 from mx_trt.errors import MxTrtError, ShapeError
 from mx_trt.settings import env_override
 from mx_trt.tools.cli import bench, build, export, partition, verify
-from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, UsageError
+from mx_trt.tools.cli.checkpoint import mxnet_message
+from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, INT32_MAX, UsageError, int_in
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``mxtrt`` argument parser: the shared options, then each command's own."""
     common = _Parser(add_help=False)
     common.add_argument("prefix", metavar="PREFIX", help="checkpoint prefix: PREFIX-symbol.json, PREFIX-EPOCH.params")
-    common.add_argument("--epoch", type=int, default=None, help="params epoch (default: the latest found)")
+    common.add_argument("--epoch", type=int_in(0, INT32_MAX), default=None,
+                        help="params epoch (default: the latest found)")
     common.add_argument("--shape", action="append", default=[], metavar="NAME=d0,d1,...",
                         help="shape of a data input; once per input")
     common.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE|FILE.py",
@@ -136,9 +140,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("mxtrt: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("mxtrt: error: out of memory (try smaller --shape or --batch values)", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # a failure nothing above names: still one line; -vv logs the traceback
+        print(f"mxtrt: error: {type(exc).__name__}: {_one_line(mxnet_message(exc))}"
+              + ("" if args.verbose >= 2 else " (run with -vv for the traceback)"), file=sys.stderr)
+        if args.verbose >= 2:
+            logger.debug("details", exc_info=True)
+        return EXIT_FAILED
     finally:
         _restore_logging(state)
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: Any) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import re
 from typing import Any, Dict, List, Mapping, Tuple
 
@@ -21,6 +22,10 @@ Shape = Tuple[int, ...]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
+#: Largest dimension (and, unless MXNet is built with ``USE_INT64_TENSOR_SIZE``,
+#: largest element count) MXNet 1.9.1 handles: its shapes are 32-bit signed.
+INT32_MAX = 2**31 - 1
+
 
 class UsageError(MxTrtError):
     """Bad command-line input: reported in one line, exit status 2."""
@@ -30,14 +35,58 @@ def parse_shape(text: str) -> Tuple[str, Shape]:
     """``"data=1,3,224,224"`` -> ``("data", (1, 3, 224, 224))``.
 
     Raises:
-        UsageError: not ``NAME=d0,d1,...`` with positive integers.
+        UsageError: not ``NAME=d0,d1,...`` with positive integers, or a
+            dimension over :data:`INT32_MAX`. (The element count is checked
+            against the model in :func:`~.checkpoint.resolve_shapes`.)
     """
     name, sep, dims = text.partition("=")
     name = name.strip()
     parts = [p.strip() for p in dims.replace("x", ",").split(",")] if sep else []
-    if not name or not parts or not all(re.fullmatch(r"[0-9]+", p) for p in parts) or any(int(p) <= 0 for p in parts):
+    if not name or not parts or not all(re.fullmatch(r"[0-9]+", p) and p.strip("0") for p in parts):
         raise UsageError(f"--shape {text!r}: expected NAME=d0,d1,... with positive integers, e.g. data=1,3,224,224")
-    return name, tuple(int(p) for p in parts)
+    digits = [p.lstrip("0") for p in parts]
+    if any(len(d) > 10 or int(d) > INT32_MAX for d in digits):
+        raise UsageError(f"--shape {text!r}: a dimension is over {INT32_MAX}, the largest MXNet handles")
+    return name, tuple(int(d) for d in digits)
+
+
+def _number(text: str, kind: Any, what: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def tolerance(text: str) -> float:
+    """An argparse type: a finite number >= 0 (``--rtol``, ``--atol``).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (``nan``, ``inf``, negative).
+    """
+    value = _number(text, float, "a finite number >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return float(value)
+
+
+def int_in(lo: int, hi: int) -> Any:
+    """An argparse type: an integer in ``[lo, hi]``.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or outside the range.
+    """
+    def parse(text: str) -> int:
+        value = _number(text.strip(), int, f"an integer from {lo} to {hi}")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer from {lo} to {hi}, got {text!r}")
+        return int(value)
+
+    parse.__name__ = "integer"
+    return parse
+
+
+#: The argparse type of ``--seed``: numpy's ``RandomState`` takes 0 to 2**32 - 1.
+SEED = int_in(0, 2**32 - 1)
 
 
 def parse_batches(text: str) -> List[int]:
@@ -46,9 +95,9 @@ def parse_batches(text: str) -> List[int]:
     Raises:
         UsageError: not a comma-separated list of positive integers.
     """
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(re.fullmatch(r"[0-9]+", p) and int(p) > 0 for p in parts):
-        raise UsageError(f"--batch {text!r}: expected positive integers separated by commas, e.g. 1,8,32")
+    parts = [p.strip().lstrip("0") or "0" for p in text.split(",") if p.strip()]
+    if not parts or not all(re.fullmatch(r"[0-9]{1,10}", p) and 0 < int(p) <= INT32_MAX for p in parts):
+        raise UsageError(f"--batch {text!r}: expected integers from 1 to {INT32_MAX} separated by commas, e.g. 1,8,32")
     return [int(p) for p in parts]
 
 
@@ -123,16 +172,16 @@ def backend_for(ctx: Any, settings: Settings) -> Any:
 
 def add_max_batch(p: argparse.ArgumentParser) -> None:
     """Add ``--max-batch N`` (dynamic batch engines, as ``MXNET_TENSORRT_MAX_BATCH_SIZE``) to ``p``."""
-    p.add_argument("--max-batch", type=int, default=None, metavar="N",
+    p.add_argument("--max-batch", type=int_in(1, INT32_MAX), default=None, metavar="N",
                    help="dynamic batch engines for 1..N (MXNET_TENSORRT_MAX_BATCH_SIZE)")
 
 
 def check_max_batch(args: argparse.Namespace) -> None:
     """Raises:
-        UsageError: ``--max-batch`` given and below 1.
+        UsageError: ``--max-batch`` given and outside ``[1, 2**31 - 1]`` (the parser checks it too).
     """
-    if args.max_batch is not None and args.max_batch < 1:
-        raise UsageError("--max-batch must be >= 1")
+    if args.max_batch is not None and not 1 <= args.max_batch <= INT32_MAX:
+        raise UsageError(f"--max-batch must be from 1 to {INT32_MAX}")
 
 
 def engine_setup(args: argparse.Namespace) -> Tuple[Settings, Any, Any]:

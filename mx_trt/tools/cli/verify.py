@@ -11,7 +11,7 @@ import numpy as np
 
 from mx_trt.tools.cli.binding import bind_accelerated, bind_native, run_executor
 from mx_trt.tools.cli.checkpoint import load_model, random_inputs
-from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_OK, Shape, engine_setup, shapes_text
+from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_OK, SEED, Shape, engine_setup, shapes_text, tolerance
 
 #: (rtol, atol) per engine precision for ``verify``: an output passes when
 #: ``max|accelerated - native| <= atol + rtol * max|native|`` (errors measured
@@ -25,9 +25,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        description="Bind natively and accelerated, run the same inputs, compare every output.")
     p.add_argument("--input", "--inputs", dest="input", metavar="FILE", help=".npy (single-input model) or .npz keyed by input name; "
                    "default: seeded random inputs")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (of max|native|); default by precision")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance; default by precision")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0 to 2**32 - 1)")
+    p.add_argument("--rtol", type=tolerance, default=None,
+                   help="relative tolerance (of max|native|), a finite number >= 0; default by precision")
+    p.add_argument("--atol", type=tolerance, default=None, help="absolute tolerance, a finite number >= 0; "
+                   "default by precision")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -49,8 +51,9 @@ def compare_outputs(names: Sequence[str], ref: Sequence[np.ndarray], got: Sequen
                     rtol: float, atol: float) -> List[OutputCheck]:
     """Per output: largest absolute error, largest error relative to ``max|ref|``, cosine similarity.
 
-    An output passes when its shape matches, everything is finite where the
-    reference is, and ``max_abs <= atol + rtol * max|ref|``.
+    An output passes when its shape matches, every non-finite value (NaN,
+    +-Inf) is the same in both at the same place, and ``max_abs <= atol + rtol *
+    max|ref|`` over the finite values (``max|ref|`` too is over the finite ones).
     """
     out = []
     for name, r, g in zip(names, ref, got):
@@ -59,12 +62,15 @@ def compare_outputs(names: Sequence[str], ref: Sequence[np.ndarray], got: Sequen
         if r.shape != g.shape:
             out.append(OutputCheck(name, tuple(g.shape), math.inf, math.inf, 0.0, 0.0, False))
             continue
-        scale = float(np.max(np.abs(r64))) if r64.size else 0.0
-        diff = np.abs(g64 - r64)
-        finite = bool(np.all(np.isfinite(g64[np.isfinite(r64)])))
+        fin_r, fin_g = np.isfinite(r64), np.isfinite(g64)
+        same_special = (~fin_r & ~fin_g) & ((np.isnan(r64) & np.isnan(g64)) | (r64 == g64))
+        both = fin_r & fin_g
+        scale = float(np.max(np.abs(r64[fin_r]))) if fin_r.any() else 0.0
+        diff = np.abs(g64[both] - r64[both])
         max_abs = float(np.max(diff)) if diff.size else 0.0
-        if not finite or math.isnan(max_abs):
+        if not np.all(both | same_special):
             max_abs = math.inf
+        r64, g64 = np.where(both, r64, 0.0), np.where(both, g64, 0.0)  # cosine over the finite values
         nr, ng = float(np.linalg.norm(r64)), float(np.linalg.norm(g64))
         cosine = 1.0 if nr == 0 and ng == 0 else (float(np.dot(r64, g64)) / (nr * ng) if nr and ng else 0.0)
         allowed = atol + rtol * scale

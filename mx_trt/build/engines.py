@@ -37,6 +37,7 @@ from mx_trt._version import __version__
 from mx_trt.build.backends.base import Backend, BatchRange, BuildOptions, Engine
 from mx_trt.cache import make_key, sweep_orphans
 from mx_trt.errors import CacheError, EngineBuildError
+from mx_trt.export.converters import user_fingerprint
 from mx_trt.export.subgraph import ExportedSubgraph, entry_name
 
 logger = logging.getLogger(__name__)
@@ -259,6 +260,9 @@ class EngineProvider:
             "backend": self.backend.version(),
             "device": self.backend.device_signature(self.device_id),
         }
+        users = user_fingerprint((job.graph.nodes[n].op, job.graph.nodes[n].attrs) for n in job.nodes)
+        if users:  # the user converters it uses: their identity, version and code
+            parts["user_converters"] = users
         exact = dict(parts, bound=[list(job.graph.shapes[e]) for e in job.inputs],
                      batch_ranges=[list(r) for r in job.batch_ranges])
         return make_key(parts), make_key(exact)

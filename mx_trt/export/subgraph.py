@@ -188,7 +188,7 @@ def export_subgraph(
     const_values_by_name = {k: np.asarray(weights[k]) for k in inits}
     for nid in order:
         node = graph.nodes[nid]
-        entry = lookup(node.op)
+        entry = lookup(node.op, node.attrs)
         if entry is None:
             raise UnsupportedOpError(f"subgraph {name}: no converter for {node.op} (node {node.name!r})")
         spec = op_spec(graph, nid, const_values_by_name)

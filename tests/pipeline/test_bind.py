@@ -26,7 +26,7 @@ def test_unsupported_in_the_middle(monkeypatch):
     assert subgraph_names(exe) == [["a_conv", "a_relu"], ["b_conv", "b_relu"]]
     info = mx_trt.bind_info(exe)
     g = info.plan.graph
-    assert {g.nodes[n].name: r for n, r in info.plan.partition.native.items()} == {"sq": "no converter for operator Custom"}
+    assert {g.nodes[n].name: r for n, r in info.plan.partition.native.items()} == {"sq": "no converter for custom operator user_square (add one with mx_trt.register_converter('Custom:user_square'))"}
 
 
 def test_unsupported_at_inputs_and_outputs(monkeypatch):

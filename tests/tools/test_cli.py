@@ -67,7 +67,7 @@ def test_partition_table(models, capsys):
     assert rows[0][:7] == ["0", "trt_subgraph_0", "2", "1", "data", "1", "a_relu"]
     assert rows[1][:7] == ["1", "trt_subgraph_1", "3", "1", "sq", "1", "fc"]
     assert "  Custom (1)" in lines
-    assert "    no converter for operator Custom: sq" in lines
+    assert "    no converter for custom operator user_square (add one with mx_trt.register_converter('Custom:user_square')): sq" in lines
 
 
 def test_partition_json_svg_html(models, capsys, tmp_path):
@@ -77,7 +77,7 @@ def test_partition_json_svg_html(models, capsys, tmp_path):
     data = json.loads(out)
     assert [s["nodes"] for s in data["subgraphs"]] == [["a_conv", "a_relu"], ["b_conv", "b_relu", "fc"]]
     assert all(s["engine"] for s in data["subgraphs"])
-    assert data["native"] == {"Custom": [{"node": "sq", "reason": "no converter for operator Custom"}]}
+    assert data["native"] == {"Custom": [{"node": "sq", "reason": "no converter for custom operator user_square (add one with mx_trt.register_converter('Custom:user_square'))"}]}
     assert data["ops"] == {"total": 6, "in_engines": 5, "share": 5 / 6}
     assert data["macs"]["in_engines"] == data["macs"]["total"] > 0
     root = ET.parse(svg).getroot()
@@ -89,7 +89,7 @@ def test_partition_json_svg_html(models, capsys, tmp_path):
     assert sorted(fills) == ["trt_subgraph_0", "trt_subgraph_1"]
     assert all(len(v) == 1 for v in fills.values()) and len(set.union(*fills.values())) == 2
     reasons = [g.get("data-reason") for g in root.iter(f"{ns}g") if g.get("class") == "native"]
-    assert reasons == ["no converter for operator Custom"]
+    assert reasons == ["no converter for custom operator user_square (add one with mx_trt.register_converter('Custom:user_square'))"]
     assert "<svg" in page.read_text() and "wrote" in err
 
 

@@ -16,11 +16,14 @@ Modules:
     indexing: shape, arange, gather/take/pick, one_hot, topk/sort, Sequence*.
     vision: box coding, ROI pooling, resizing, anchors, NMS-like post-processing.
     nlp: attention matmuls, the softmax family (with lengths), embeddings, layer norm.
+    user: :func:`register_converter`, the public API for your own operators' converters.
 """
 from __future__ import annotations
 
 from mx_trt.export.converters import indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401  (importing registers)
 from mx_trt.export.converters.registry import ConvContext, check, lookup, register, registered_ops
+from mx_trt.export.converters.user import list_converters, register_converter, unregister_converter, user_fingerprint
 from mx_trt.export.spec import OpSpec
 
-__all__ = ["ConvContext", "OpSpec", "check", "lookup", "register", "registered_ops"]
+__all__ = ["ConvContext", "OpSpec", "check", "list_converters", "lookup", "register", "register_converter", "registered_ops",
+           "unregister_converter", "user_fingerprint"]

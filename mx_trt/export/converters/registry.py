@@ -11,6 +11,13 @@ Registering::
     def _activation(ctx: ConvContext) -> None:
         ctx.emit("Relu", ctx.inputs[:1], ctx.outputs)
 
+Entries have a priority (built-ins 0) and a source. Several entries may exist for
+one key; the active one has the highest priority, and of equal priorities the one
+registered first (built-ins are registered at import, so a user converter replaces
+a built-in only with a higher priority). A user ``Custom`` operator is keyed
+``"Custom:<op_type>"`` (:func:`op_key`). User converters are added by
+:mod:`mx_trt.export.converters.user`.
+
 This module is a leaf of the package: it imports no converter. The package
 ``mx_trt.export.converters`` imports every converter module, so importing the package
 (not only this module) is what fills the table; callers of :func:`lookup`,
@@ -20,16 +27,18 @@ subgraph is actually exported.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mx_trt.errors import ConversionError
 from mx_trt.export.spec import OpSpec
 
-__all__ = ["FLOAT_DTYPES", "ConvContext", "Converter", "OpEntry", "Validator", "check", "lookup", "register", "registered_ops"]
+__all__ = ["BUILT_IN", "FLOAT_DTYPES", "ConvContext", "Converter", "OpEntry", "Validator", "add_entry", "check", "entries",
+           "lookup", "op_key", "register", "registered_ops", "remove_entries"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,36 +120,109 @@ class ConvContext:
 Converter = Callable[[ConvContext], None]
 
 
+BUILT_IN = "built-in"
+
+
 @dataclass
 class OpEntry:
+    """One converter of one operator key.
+
+    Attributes:
+        op: The key (an MXNet operator name, or ``"Custom:<op_type>"``).
+        converter: Emits the ONNX nodes.
+        validators: Each returns ``None`` or a reason the node cannot convert.
+        priority: The highest priority of a key is active (built-ins: 0).
+        source: ``"built-in"`` or the module of a user converter.
+        identity: ``module.qualname`` of a user converter (``""`` for built-ins).
+        fingerprint: Digest of a user converter's identity, version and code; part of
+            the plan-cache key of every subgraph using it (``""`` for built-ins).
+        backends: Backends the converter is for (``None``: all).
+        seq: Registration order, breaking ties of priority (first wins).
+    """
+
     op: str
     converter: Converter
     validators: List[Validator] = field(default_factory=list)
+    priority: int = 0
+    source: str = BUILT_IN
+    identity: str = ""
+    fingerprint: str = ""
+    backends: Optional[Tuple[str, ...]] = None
+    seq: int = 0
+
+    @property
+    def is_user(self) -> bool:
+        return self.source != BUILT_IN
 
 
-_REGISTRY: Dict[str, OpEntry] = {}
+_REGISTRY: Dict[str, List[OpEntry]] = {}  # per key, active entry first
+_SEQ = itertools.count()
+
+
+def op_key(op: str, attrs: Optional[Mapping[str, Any]] = None) -> str:
+    """The registry key of a node: its operator, or ``Custom:<op_type>`` for a ``Custom`` node."""
+    if op == "Custom" and attrs is not None and attrs.get("op_type"):
+        return f"Custom:{attrs['op_type']}"
+    return op
 
 
 def register(op: str, *aliases: str, validator: Optional[Validator] = None) -> Callable[[Converter], Converter]:
-    """Decorator: register ``fn`` as the converter of ``op`` (and its aliases).
+    """Decorator: register ``fn`` as the built-in converter of ``op`` (and its aliases).
 
     Raises:
-        ValueError: the op already has a converter (one converter per op).
+        ValueError: the op already has a built-in converter (one converter per op).
     """
 
     def deco(fn: Converter) -> Converter:
         for name in (op,) + aliases:
-            if name in _REGISTRY:
+            if any(not e.is_user for e in _REGISTRY.get(name, ())):
                 raise ValueError(f"converter for {name!r} registered twice")
-            _REGISTRY[name] = OpEntry(name, fn, [validator] if validator else [])
+            add_entry(OpEntry(name, fn, [validator] if validator else []))
         return fn
 
     return deco
 
 
-def lookup(op: str) -> Optional[OpEntry]:
-    """The entry of ``op``, or ``None`` when no converter is registered. O(1)."""
-    return _REGISTRY.get(op)
+def add_entry(entry: OpEntry) -> bool:
+    """Add ``entry`` under ``entry.op``; returns whether it is now the active one. O(k log k).
+
+    A user entry with the identity of one already there (a module imported again)
+    replaces it in place.
+    """
+    lst = _REGISTRY.setdefault(entry.op, [])
+    if entry.is_user:
+        lst[:] = [e for e in lst if e.identity != entry.identity]
+    entry.seq = next(_SEQ)
+    lst.append(entry)
+    lst.sort(key=lambda e: (-e.priority, e.seq))
+    return lst[0] is entry
+
+
+def remove_entries(op: str, identity: Optional[str] = None) -> int:
+    """Remove the user entries of key ``op`` (only the one of ``identity`` if given).
+
+    Built-in entries are never removed. Returns how many were removed. O(k).
+    """
+    lst = _REGISTRY.get(op, [])
+    keep = [e for e in lst if not e.is_user or (identity is not None and e.identity != identity)]
+    removed = len(lst) - len(keep)
+    if keep:
+        _REGISTRY[op] = keep
+    else:
+        _REGISTRY.pop(op, None)
+    return removed
+
+
+def entries() -> Dict[str, List[OpEntry]]:
+    """Every key and its entries, active first (a copy). O(n)."""
+    return {k: list(v) for k, v in sorted(_REGISTRY.items())}
+
+
+def lookup(op: str, attrs: Optional[Mapping[str, Any]] = None) -> Optional[OpEntry]:
+    """The active entry of ``op`` (``Custom`` nodes by their ``op_type`` in ``attrs``),
+    or ``None`` when no converter is registered. O(1)."""
+    lst = _REGISTRY.get(op_key(op, attrs))
+    return lst[0] if lst else None
 
 
 def registered_ops() -> List[str]:
@@ -157,8 +239,11 @@ def check(spec: OpSpec) -> Optional[str]:
     Generic rules first (a converter exists, shapes are known), then the op's own
     validators (which check dtypes). The bind pass adds the engine-wide dtype rule. A validator that raises is reported as a reason.
     """
-    entry = lookup(spec.op)
+    entry = lookup(spec.op, spec.attrs)
     if entry is None:
+        key = op_key(spec.op, spec.attrs)
+        if key != spec.op:
+            return f"no converter for custom operator {key[len('Custom:'):]} (add one with mx_trt.register_converter({key!r}))"
         return f"no converter for operator {spec.op}"
     for i, s in enumerate(spec.in_shapes):
         if not s or any(d <= 0 for d in s):
@@ -166,13 +251,19 @@ def check(spec: OpSpec) -> Optional[str]:
     for i, s in enumerate(spec.out_shapes):
         if not s or any(d <= 0 for d in s):
             return f"output {i} has an unknown or empty shape {s}"
+    if entry.backends is not None and spec.backend and spec.backend not in entry.backends:
+        return f"user converter {entry.identity} is for {', '.join(entry.backends)} only"
     for v in entry.validators:
         try:
             reason = v(spec)
         except ConversionError as exc:
-            return str(exc)
+            reason = str(exc)
         except (ValueError, TypeError, KeyError) as exc:
-            return f"invalid attributes: {exc}"
+            reason = f"invalid attributes: {exc}"
+        except Exception as exc:  # a user's validator may raise anything; it only refuses the node
+            if not entry.is_user:
+                raise
+            reason = f"validator raised {type(exc).__name__}: {exc}"
         if reason:
-            return reason
+            return f"{reason} (user converter {entry.identity})" if entry.is_user else reason
     return None

@@ -342,6 +342,8 @@ def load_model(args: argparse.Namespace, arrays_from: Optional[str] = None
     """
     for spec in args.imports:
         import_user_module(spec)
+    if not args.prefix:
+        raise UsageError("the following arguments are required: PREFIX")
     given: Dict[str, Shape] = {}
     for text in args.shape:
         name, shape = parse_shape(text)

@@ -51,7 +51,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``mxtrt`` argument parser: the shared options, then each command's own."""
     common = _Parser(add_help=False)
-    common.add_argument("prefix", metavar="PREFIX", help="checkpoint prefix: PREFIX-symbol.json, PREFIX-EPOCH.params")
+    common.add_argument("prefix", metavar="PREFIX", nargs="?", default=None,
+                        help="checkpoint prefix: PREFIX-symbol.json, PREFIX-EPOCH.params")
     common.add_argument("--epoch", type=int_in(0, INT32_MAX), default=None,
                         help="params epoch (default: the latest found)")
     common.add_argument("--shape", action="append", default=[], metavar="NAME=d0,d1,...",

@@ -7,11 +7,12 @@ import logging
 import sys
 from typing import Any, Dict
 
+from mx_trt.export.converters import list_converters
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.tools.report import build_report, render_html, render_svg, render_table, report_to_json
 from mx_trt.tools.cli.binding import bind_accelerated
-from mx_trt.tools.cli.checkpoint import load_model
+from mx_trt.tools.cli.checkpoint import import_user_module, load_model
 from mx_trt.tools.cli.options import EXIT_OK, engine_setup, write_text
 
 logger = logging.getLogger(__name__)
@@ -27,11 +28,33 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--collapse", action=argparse.BooleanOptionalAction, default=None,
                    help="draw each subgraph as one box (default: from 1,000 operators)")
     p.add_argument("--build", action="store_true", help="also build the engines and report build failures")
+    p.add_argument("--list-converters", action="store_true",
+                   help="list every registered operator, its source (built-in or user: module) and backends; no PREFIX needed")
     p.set_defaults(func=run)
+
+
+def print_converters(args: argparse.Namespace) -> int:
+    """Print the converter registry (after ``--import``): op, source, backends, priority; JSON with ``--json``."""
+    for spec in args.imports:
+        import_user_module(spec)
+    rows = list_converters()
+    if args.json:
+        print(json.dumps([{"op": r.op, "source": r.source, "backends": r.backends, "priority": r.priority,
+                           "active": r.active} for r in rows], indent=2))
+        return EXIT_OK
+    width = max(len(r.op) for r in rows)
+    lines = [f"{'operator':<{width}}  {'source':<10}  backends  priority"]
+    for r in rows:
+        note = "" if r.active else "  (not used: another comes first)"
+        lines.append(f"{r.op:<{width}}  {r.source:<10}  {r.backends:<8}  {r.priority}{note}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
     """Analyse (or, with ``--build``, bind) the model and print or draw its partition report."""
+    if args.list_converters:
+        return print_converters(args)
     ckpt, shapes, _ = load_model(args)
     settings, ctx, backend = engine_setup(args)
     failures: Dict[str, str] = {}

@@ -272,3 +272,29 @@ def test_cli_import_and_list_converters(tmp_path, capsys):
     assert row[:4] == ["Custom:it_swish", "user:", "mxtrt_user_it_cli_ops.swish", "all"]
     assert next(line.split() for line in lines if line.startswith("Activation "))[:3] == ["Activation", "built-in", "all"]
     sys.modules.pop("mxtrt_user_it_cli_ops", None)
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_user_converters_build_in_the_trt_rtx_gate(fp16, monkeypatch, tmp_path):
+    """The whole graph, custom operators included, parses and builds with TensorRT-RTX's builder."""
+    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.pipeline.plan import analyze
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.settings import Settings
+    from tests.build.test_trt_rtx_gate import gate
+
+    backend = TensorRTRTXBackend()
+    reason = backend.build_unavailable_reason()
+    assert reason is None, reason
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_ops(tmp_path, name="it_gate_ops")
+    importlib.import_module("it_gate_ops")
+    try:
+        sym = resnet_like()
+        args, aux = random_params(sym, SHAPES, 0)
+        params = {**args, **aux}
+        plan = analyze(BindRequest(sym, SHAPES, params, Settings.from_env(), backend))
+        assert plan.reasons == {} and len(plan.partition.subgraphs) == 1
+        assert gate("user converters", sym, SHAPES, params, backend, fp16)["subgraphs"] == 1
+    finally:
+        sys.modules.pop("it_gate_ops", None)

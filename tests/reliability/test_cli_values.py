@@ -118,7 +118,7 @@ CASES = [
     ("epoch-negative", ["verify", "{d}/plain", "--epoch", "-1", "--shape", SHAPE], {}, "--epoch"),
     ("epoch-missing", ["verify", "{d}/plain", "--epoch", "7", "--shape", SHAPE], {}, "no params file"),
     ("checkpoint-missing", ["verify", "{d}/nothing", "--shape", SHAPE], {}, "no symbol file"),
-    ("checkpoint-empty-prefix", ["partition", "", "--shape", SHAPE], {}, "no symbol file"),
+    ("checkpoint-empty-prefix", ["partition", "", "--shape", SHAPE], {}, "required: PREFIX"),
     ("input-not-npy", ["verify", "{d}/plain", "--shape", SHAPE, "--input", "{d}/afile"], {}, "cannot read"),
     ("ctx-unknown", ["verify", "{d}/plain", "--shape", SHAPE, "--ctx", "tpu"], {}, "--ctx 'tpu'"),
     ("import-missing", ["partition", "{d}/plain", "--shape", SHAPE, "--import", "no_such_module_xyz"], {},

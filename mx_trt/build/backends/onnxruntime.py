@@ -165,7 +165,7 @@ class OnnxRuntimeBackend(Backend):
         return f"onnxruntime-{onnxruntime.__version__}"
 
     def device_signature(self, device_id: int) -> str:
-        # Optimized ORT-format models may hold CPU-specific kernels (NCHWc layouts).
+        # Stored optimized models may hold CPU-specific kernels (NCHWc layouts).
         model = ""
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

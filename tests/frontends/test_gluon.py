@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-mx = pytest.importorskip("mxnet")
+import mxnet as mx
 from mxnet import autograd, gluon  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 

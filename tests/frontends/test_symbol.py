@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 import pytest
 
-mx = pytest.importorskip("mxnet")
+import mxnet as mx
 
 from mx_trt.errors import MxTrtError  # noqa: E402
 from mx_trt.frontends import hook, symbol as symfront  # noqa: E402

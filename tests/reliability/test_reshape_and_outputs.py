@@ -18,18 +18,11 @@ from mx_trt.build import engines
 from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.errors import ParamMismatchError
 from mx_trt.frontends.hook import disabled
+from tests.build.test_profiles import cnn
 from tests.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPE = (2, 3, 8, 8)
-
-
-def cnn():
-    x = mx.sym.var("data")
-    c = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
-    r = mx.sym.Activation(c, act_type="relu", name="relu")
-    p = mx.sym.Pooling(r, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
-    return mx.sym.FullyConnected(p, num_hidden=5, name="fc")
 
 
 @pytest.fixture

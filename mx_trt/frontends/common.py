@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, List, Mapping, Optional, TypeVar
 
 from mx_trt.build.backends import Backend, select_backend
 from mx_trt.errors import BackendUnavailableError, MxTrtError
@@ -47,6 +47,15 @@ def call_backend(ctx: Any, settings: Settings) -> Backend:
         BackendUnavailableError: none serves ``ctx`` (a :class:`NativeFallback` case unless forced by name).
     """
     return select_backend(ctx.device_type, settings.backend)
+
+
+def grad_requests(grad_req: Any) -> List[Any]:
+    """The gradient requests of a bind, whether given as one value, a list or a dict."""
+    if isinstance(grad_req, dict):
+        return list(grad_req.values())
+    if isinstance(grad_req, (list, tuple)):
+        return list(grad_req)
+    return [grad_req]
 
 
 def one_line(exc: BaseException) -> str:

@@ -11,17 +11,17 @@ import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import call_backend, call_settings, guarded
+from mx_trt.frontends.common import call_backend, call_settings, grad_requests, guarded
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
+from mx_trt.runtime.fused_op import holds_fused_nodes
 
 logger = logging.getLogger(__name__)
 
 
 def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, stype_dict: Any,
                 kwargs: Mapping[str, Any]) -> Optional[str]:
-    reqs = list(grad_req.values()) if isinstance(grad_req, dict) else list(grad_req) if isinstance(grad_req, (list, tuple)) else [grad_req]
-    if any(r != "null" for r in reqs):
+    if any(r != "null" for r in grad_requests(grad_req)):
         return f"grad_req={grad_req!r} asks for gradients and engines are inference-only (use grad_req='null')"
     if shared_buffer is None:
         return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
@@ -87,6 +87,9 @@ def accelerated_simple_bind(
         return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
                         shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
 
+    if holds_fused_nodes(sym):  # already optimized (Symbol.optimize_for): its fused nodes are the engines
+        logger.debug("simple_bind: the symbol already holds fused nodes; bound natively")
+        return native()
     why = _why_native(sym, grad_req, shared_buffer, group2ctx, stype_dict, kwargs)
     if why:
         logger.warning("MXNET_USE_TENSORRT=1 but %s: binding natively", why)

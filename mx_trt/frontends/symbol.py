@@ -43,7 +43,6 @@ Whatever stops the pass costs one warning and MXNet's own result for the call
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -53,10 +52,18 @@ from typing import Any, Dict, FrozenSet, List, Mapping, MutableMapping, Optional
 
 from mx_trt.errors import MxTrtError
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, grad_requests, guarded
 from mx_trt.pipeline.bind import BindInfo, optimize
 from mx_trt.pipeline.request import BindRequest
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, lookup_engine, pin, unpin
+from mx_trt.runtime.fused_op import (
+    OP_TYPE,
+    FusedEngine,
+    fused_engine_keys,
+    holds_fused_nodes,
+    lookup_engine,
+    pin,
+    unpin,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,38 +94,6 @@ def env_data_names() -> FrozenSet[str]:
     """The input names ``MXNET_TENSORRT_DATA_NAMES`` declares data (read at every call)."""
     raw = os.environ.get(DATA_NAMES_ENV, "")
     return frozenset(x.strip() for x in raw.split(",") if x.strip())
-
-
-def fused_engine_keys(symbol: Any) -> List[str]:
-    """The engine keys named by the fused nodes of ``symbol`` (a Symbol or its JSON text).
-
-    A Symbol is read through its node attributes, not ``tojson()``: MXNet keeps
-    the nodes of a symbol with custom operators alive once it is serialized
-    (measured with MXNet 1.9.1), which would keep their engines alive too.
-
-    Raises:
-        MxTrtError: the JSON text cannot be read.
-    """
-    if not isinstance(symbol, str):
-        return [str(a[ENGINE_ATTR]) for a in symbol.attr_dict().values()
-                if a.get("op_type") == OP_TYPE and ENGINE_ATTR in a]
-    if OP_TYPE not in symbol:
-        return []
-    try:
-        nodes = json.loads(symbol).get("nodes", [])
-    except (ValueError, AttributeError) as exc:
-        raise MxTrtError(f"not a symbol's JSON: {exc}") from None
-    keys: List[str] = []
-    for node in nodes:
-        attrs = node.get("attrs") or node.get("attr") or node.get("param") or {}
-        if node.get("op") == "Custom" and attrs.get("op_type") == OP_TYPE and ENGINE_ATTR in attrs:
-            keys.append(str(attrs[ENGINE_ATTR]))
-    return keys
-
-
-def holds_fused_nodes(symbol: Any) -> bool:
-    """True when ``symbol`` was already optimized (it holds fused nodes): the pass does not run on it again."""
-    return bool(fused_engine_keys(symbol))
 
 
 def engines(symbol: Any) -> List[FusedEngine]:
@@ -313,14 +288,6 @@ def optimize_for(sym: Any, backend: str, args: Optional[Dict[str, Any]] = None, 
 # --------------------------------------------------------------------------- bind
 
 
-def _requests(grad_req: Any) -> List[Any]:
-    if isinstance(grad_req, dict):
-        return list(grad_req.values())
-    if isinstance(grad_req, (list, tuple)):
-        return list(grad_req)
-    return [grad_req]
-
-
 def _as_dict(values: Any, names: Sequence[str]) -> Optional[Dict[str, Any]]:
     """``bind``'s ``args``/``aux_states`` (a list in symbol order or a dict) as a dict; ``None`` if MXNet would refuse it."""
     import mxnet as mx
@@ -343,7 +310,7 @@ def _as_dict(values: Any, names: Sequence[str]) -> Optional[Dict[str, Any]]:
 
 
 def _why_native(args_grad: Any, grad_req: Any, group2ctx: Any) -> Optional[str]:
-    if args_grad is not None and any(r != "null" for r in _requests(grad_req)):
+    if args_grad is not None and any(r != "null" for r in grad_requests(grad_req)):
         return f"args_grad is given with grad_req={grad_req!r}: gradients are asked for and engines are inference-only"
     if group2ctx:
         return "group2ctx (model parallelism) is not supported by the pass"
@@ -432,7 +399,7 @@ def _original(name: str) -> Any:
 
 
 def install() -> None:
-    """Patch ``Symbol.optimize_for``, ``Symbol.bind``, ``Symbol.simple_bind`` and ``mx.sym.load``/``load_json`` once.
+    """Patch ``Symbol.optimize_for``, ``Symbol.bind`` and ``mx.sym.load``/``load_json`` once.
 
     Idempotent and thread-safe; imports mxnet and installs the ``simple_bind``
     hook first. With the switch off and no ``'TensorRT'`` backend named, every
@@ -449,8 +416,8 @@ def install() -> None:
 
         cls = mx.symbol.Symbol
         sym_mod = mx.symbol.symbol
-        found = {"optimize_for": cls.optimize_for, "bind": cls.bind, "simple_bind": cls.simple_bind,
-                 "load": sym_mod.load, "load_json": sym_mod.load_json}
+        found = {"optimize_for": cls.optimize_for, "bind": cls.bind, "load": sym_mod.load,
+                 "load_json": sym_mod.load_json}
 
         def optimize_for_(self: Any, backend: str, args: Any = None, aux: Any = None, ctx: Any = None,
                           shape_dict: Any = None, type_dict: Any = None, stype_dict: Any = None,
@@ -463,13 +430,6 @@ def install() -> None:
                 return accelerated_bind(self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
             return found["bind"](self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
 
-        def simple_bind(self: Any, ctx: Any, *a: Any, **kw: Any) -> Any:
-            if hook.pass_enabled() and holds_fused_nodes(self):
-                logger.debug("Symbol.simple_bind: the symbol is already optimized; bound natively")
-                with hook.disabled():
-                    return found["simple_bind"](self, ctx, *a, **kw)
-            return found["simple_bind"](self, ctx, *a, **kw)
-
         def load(fname: str) -> Any:
             text = _read_text(fname)
             if text is not None and OP_TYPE in text:
@@ -481,15 +441,13 @@ def install() -> None:
                 check_engines_alive(json_str)
             return found["load_json"](json_str)
 
-        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "simple_bind": simple_bind,
-                                    "load": load, "load_json": load_json}
+        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "load": load, "load_json": load_json}
         for name, fn in wrappers.items():
             fn.__doc__ = found[name].__doc__
             fn.__wrapped__ = found[name]
             fn.__name__ = name
         cls.optimize_for = optimize_for_
         cls.bind = bind
-        cls.simple_bind = simple_bind
         for module in (sym_mod, mx.symbol):
             if getattr(module, "load", None) is found["load"]:
                 module.load = load

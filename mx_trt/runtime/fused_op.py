@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import itertools
+import json
 import logging
 import secrets
 import threading
@@ -143,6 +144,38 @@ class FusedEngine:
             ShapeError: the shapes do not fit and no new engine can be built.
         """
         return self.engine_for(shapes).output_shapes(shapes)
+
+
+def fused_engine_keys(symbol: Any) -> List[str]:
+    """The engine keys named by the fused nodes of ``symbol`` (a Symbol or its JSON text).
+
+    A Symbol is read through its node attributes, not ``tojson()``: MXNet keeps
+    the nodes of a symbol with custom operators alive once it is serialized
+    (measured with MXNet 1.9.1), which would keep their engines alive too.
+
+    Raises:
+        MxTrtError: the JSON text cannot be read.
+    """
+    if not isinstance(symbol, str):
+        return [str(a[ENGINE_ATTR]) for a in symbol.attr_dict().values()
+                if a.get("op_type") == OP_TYPE and ENGINE_ATTR in a]
+    if OP_TYPE not in symbol:
+        return []
+    try:
+        nodes = json.loads(symbol).get("nodes", [])
+    except (ValueError, AttributeError) as exc:
+        raise MxTrtError(f"not a symbol's JSON: {exc}") from None
+    keys: List[str] = []
+    for node in nodes:
+        attrs = node.get("attrs") or node.get("attr") or node.get("param") or {}
+        if node.get("op") == "Custom" and attrs.get("op_type") == OP_TYPE and ENGINE_ATTR in attrs:
+            keys.append(str(attrs[ENGINE_ATTR]))
+    return keys
+
+
+def holds_fused_nodes(symbol: Any) -> bool:
+    """True when ``symbol`` was already optimized (it holds fused nodes): the pass does not run on it again."""
+    return bool(fused_engine_keys(symbol))
 
 
 #: Engines kept alive by a symbol rather than an executor (``Symbol.optimize_for``): key -> engine.

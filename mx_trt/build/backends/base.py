@@ -155,6 +155,10 @@ class Backend(abc.ABC):
     #: Element types (numpy names) this backend's engines hold, inside and at their
     #: inputs and outputs. A node with a tensor of another type stays native.
     tensor_dtypes: Tuple[str, ...] = ("float32", "float16")
+    #: Whether an engine loaded from its stored form holds less memory than the one
+    #: just built (whose build left copies behind): then a cold bind stores the
+    #: engine and runs the stored one, as a warm bind would.
+    reload_after_store: bool = False
 
     @classmethod
     @abc.abstractmethod
@@ -211,3 +215,13 @@ def tensor_specs(meta: Sequence[Mapping[str, Any]]) -> List[TensorSpec]:
 
 def specs_json(specs: Sequence[TensorSpec]) -> List[Dict[str, Any]]:
     return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in specs]
+
+
+def trim_heap() -> None:
+    """Give freed heap back to the system (glibc keeps it otherwise); a no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

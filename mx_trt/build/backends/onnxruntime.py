@@ -30,7 +30,7 @@ import numpy as np
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
-from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES, save_model
+from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.settings import env_int
 from mx_trt.build.backends.base import (
     Backend,
@@ -41,6 +41,7 @@ from mx_trt.build.backends.base import (
     TensorSpec,
     specs_json,
     tensor_specs,
+    trim_heap,
 )
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,10 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
     tensor_dtypes = ("float32", "float16", "float64", "int8", "uint8", "int32", "int64", "bool")
+    # The session of a build that stores its model read the weights from a file and
+    # keeps the values its optimizers derived on the heap; the stored model feeds the
+    # weights from the caller's memory and maps the derived values from the cache.
+    reload_after_store = True
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:
@@ -190,8 +195,7 @@ class OnnxRuntimeBackend(Backend):
             # memory wins (batch-1 products are bound by memory bandwidth either way).
             so.add_session_config_entry("session.disable_prepacking", "1")
         # Stored engines need ONNX Runtime to write the optimized model and the values
-        # it derived; it can do that only from a model holding its weights (a copy,
-        # made only then, and only below protobuf's limit).
+        # it derived (through protobuf: only below its limit).
         keep = bool(options.extra.get("keep_artifacts")) and exported.weight_bytes < STORE_MAX_BYTES
         # Under the plan cache's tmp/ when given (swept if this process dies), else named by pid.
         art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
@@ -202,10 +206,15 @@ class OnnxRuntimeBackend(Backend):
                 so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
                 so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
                                             str(EXTERNAL_MIN_BYTES))
-                # The weights as a file beside the model (ONNX external data): ONNX Runtime
-                # can write its optimized model from such a source, not from memory references.
-                session = ort.InferenceSession(save_model(exported, os.path.join(art, "source.onnx")), so,
-                                               providers=["CPUExecutionProvider"])
+                # ONNX Runtime writes an optimized model from weights handed over as
+                # OrtValues (not from in-memory external data references): no copy either.
+                path = os.path.join(art, "source.onnx")
+                model, names, values = _with_fed_initializers(exported.model, held)
+                so.add_external_initializers(names, values)
+                with open(path, "wb") as f:
+                    f.write(model.SerializeToString())
+                del model
+                session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             else:
                 # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
                 path = os.path.join(art, "model.onnx")
@@ -244,7 +253,7 @@ class OnnxRuntimeBackend(Backend):
             raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
         arrays = feed() if fed and feed is not None else {}
         so = _session_options(optimize=False)  # the stored model is already optimized
-        held = []
+        held: List[Tuple[np.ndarray, Any]] = []
         for name in fed:
             arr = arrays.get(name)
             if arr is None:
@@ -260,9 +269,12 @@ class OnnxRuntimeBackend(Backend):
         except Exception as exc:
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not load the stored engine {path}: {exc}") from exc
         trim_heap()
-        ranges = [tuple(int(x) for x in r) for r in meta.get("batch_ranges", [])]
-        return OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
-                         ranges, held=held)  # type: ignore[arg-type]
+        ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
+        engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
+                           ranges, held=held)
+        engine._fed = fed  # what an export of this engine writes beside it (stored_weights)
+        engine._fed_arrays = {name: arr for name, (arr, _) in zip(fed, held)}
+        return engine
 
 
 def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
@@ -281,6 +293,34 @@ def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
             kv = t.external_data.add()
             kv.key, kv.value = k, v
     return out
+
+
+def _with_fed_initializers(model: Any, arrays: Mapping[str, np.ndarray]) -> Tuple[Any, List[str], List[Any]]:
+    """A copy of ``model`` whose initializers in ``arrays`` are to be fed as OrtValues over their memory.
+
+    Those initializers name an external file that does not exist: ONNX Runtime
+    replaces them by the OrtValues (``SessionOptions.add_external_initializers``)
+    before it would read it. Returns (the model, the names, the OrtValues).
+    """
+    import onnxruntime as ort
+    from onnx import ModelProto, TensorProto
+
+    out = ModelProto()
+    out.CopyFrom(model)
+    names: List[str] = []
+    values: List[Any] = []
+    for t in out.graph.initializer:
+        arr = arrays.get(t.name)
+        if arr is None:
+            continue
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", FED), ("offset", "0"), ("length", str(arr.nbytes))):
+            kv = t.external_data.add()
+            kv.key, kv.value = k, v
+        names.append(t.name)
+        values.append(ort.OrtValue.ortvalue_from_numpy(arr))
+    return out, names, values
 
 
 def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[str], int]:
@@ -331,13 +371,3 @@ def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[s
         if leftover not in ("stored.onnx", "model.data"):
             os.unlink(os.path.join(art, leftover))
     return fed, stored
-
-
-def trim_heap() -> None:
-    """Give freed heap back to the system (glibc keeps it otherwise); a no-op elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from mx_trt.passes.ir import Entry, Graph
 
 from mx_trt._version import __version__
-from mx_trt.build.backends.base import Backend, BatchRange, BuildOptions, Engine, trim_heap
+from mx_trt.build.backends.base import Backend, BatchRange, BuildOptions, Engine
 from mx_trt.cache import make_key, sweep_orphans
 from mx_trt.errors import CacheError, EngineBuildError
 from mx_trt.export.converters import user_fingerprint
@@ -331,31 +331,8 @@ class EngineProvider:
             opts.extra["keep_artifacts"] = True
             opts.extra["work_dir"] = work_path
             eng = self._build(job, opts)
-            stored = self._store(cache, eng, job, key, os.path.join(work_path, "engine"))
-        if stored and self.backend.reload_after_store:
-            again = self._reload(cache, job, key, opts)
-            if again is not None:
-                eng = again  # the built engine goes now, and the heap it freed back to the system
-                trim_heap()
+            self._store(cache, eng, job, key, os.path.join(work_path, "engine"))
         return eng, "built"
-
-    def _reload(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Optional[Engine]:
-        """The engine just stored, loaded back from the cache; ``None`` if that fails (logged).
-
-        Only for backends whose stored engines hold less memory than built ones
-        (:attr:`Backend.reload_after_store`): after the first bind of a model the
-        process then holds what a warm bind holds.
-        """
-        entry = cache.get(key)
-        if entry is None or stored_engine_problem(entry) is not None:
-            logger.info("%s: the stored engine cannot be read back; running the one just built", job.name)
-            return None
-        try:
-            return self.backend.load(entry.meta["engine"], entry.directory, opts)
-        except Exception as exc:  # the built engine works: reading back only saves memory
-            logger.info("%s: running the engine just built, the stored one did not load (%s: %s)", job.name,
-                        type(exc).__name__, exc)
-            return None
 
     def _load_stored(self, cache: Any, entry: Any, job: SubgraphJob, opts: BuildOptions) -> Optional[Engine]:
         """The engine of a verified entry, or ``None`` (warned; the entry is removed so a rebuild replaces it)."""
@@ -377,25 +354,20 @@ class EngineProvider:
         cache.discard(entry.key)
         return None
 
-    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> bool:
-        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log.
-
-        Returns whether the engine was stored.
-        """
+    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> None:
+        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log."""
         try:
             os.mkdir(folder)
             meta = eng.save(folder)
             files = {f: os.path.join(folder, f) for f in os.listdir(folder)}
             cache.put(key, {"engine": meta, "subgraph": job.name}, files, move=True)
             self.stored += 1
-            return True
         except NotImplementedError as exc:
             logger.debug("%s: engine not cached: %s", job.name, exc)
         except CacheError:
             pass  # put() has logged why; the engine is used without being stored
         except OSError as exc:
             logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
-        return False
 
     def _device_tag(self) -> str:
         return hashlib.sha256(self.backend.device_signature(self.device_id).encode()).hexdigest()[:12]

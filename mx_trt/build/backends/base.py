@@ -155,10 +155,6 @@ class Backend(abc.ABC):
     #: Element types (numpy names) this backend's engines hold, inside and at their
     #: inputs and outputs. A node with a tensor of another type stays native.
     tensor_dtypes: Tuple[str, ...] = ("float32", "float16")
-    #: Whether an engine loaded from its stored form holds less memory than the one
-    #: just built (whose build left copies behind): then a cold bind stores the
-    #: engine and runs the stored one, as a warm bind would.
-    reload_after_store: bool = False
 
     @classmethod
     @abc.abstractmethod

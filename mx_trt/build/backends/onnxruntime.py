@@ -81,6 +81,16 @@ def _session_options(optimize: bool = True) -> Any:
     return so
 
 
+def _build_options(weight_bytes: int) -> Any:
+    """Session options of a build over ``weight_bytes`` of weights."""
+    so = _session_options()
+    if weight_bytes > PREPACK_MAX_BYTES:
+        # Prepacking would copy every MatMul/Gemm weight once more; past this size
+        # memory wins (batch-1 products are bound by memory bandwidth either way).
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
+
+
 class OrtEngine(Engine):
     """One ONNX Runtime session bound to raw host buffers."""
 
@@ -155,10 +165,6 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
     tensor_dtypes = ("float32", "float16", "float64", "int8", "uint8", "int32", "int64", "bool")
-    # The session of a build that stores its model read the weights from a file and
-    # keeps the values its optimizers derived on the heap; the stored model feeds the
-    # weights from the caller's memory and maps the derived values from the cache.
-    reload_after_store = True
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:
@@ -189,62 +195,74 @@ class OnnxRuntimeBackend(Backend):
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         import onnxruntime as ort
 
-        so = _session_options()
-        if exported.weight_bytes > PREPACK_MAX_BYTES:
-            # Prepacking would copy every MatMul/Gemm weight once more; past this size
-            # memory wins (batch-1 products are bound by memory bandwidth either way).
-            so.add_session_config_entry("session.disable_prepacking", "1")
+        so = _build_options(exported.weight_bytes)
         # Stored engines need ONNX Runtime to write the optimized model and the values
         # it derived (through protobuf: only below its limit).
         keep = bool(options.extra.get("keep_artifacts")) and exported.weight_bytes < STORE_MAX_BYTES
         # Under the plan cache's tmp/ when given (swept if this process dies), else named by pid.
         art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
         held = {name: np.ascontiguousarray(arr) for name, arr in exported.external.items()}
+        ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
+        inputs = [TensorSpec(*s) for s in exported.input_specs]
+        outputs = [TensorSpec(*s) for s in exported.output_specs]
+        if keep:
+            try:
+                return self._build_stored(exported, so, art, held, inputs, outputs, ranges, options.name)
+            except Exception as exc:  # storing is optional: build the engine in memory instead
+                logger.info("%s: optimized model not stored (%s: %s); building in memory", options.name,
+                            type(exc).__name__, exc)
+                shutil.rmtree(art, ignore_errors=True)
+                art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
+                so = _build_options(exported.weight_bytes)
         try:
-            if keep:
-                so.optimized_model_filepath = os.path.join(art, "optimized.onnx")
-                so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
-                so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
-                                            str(EXTERNAL_MIN_BYTES))
-                # ONNX Runtime writes an optimized model from weights handed over as
-                # OrtValues (not from in-memory external data references): no copy either.
-                path = os.path.join(art, "source.onnx")
-                model, names, values = _with_fed_initializers(exported.model, held)
-                so.add_external_initializers(names, values)
-                with open(path, "wb") as f:
-                    f.write(model.SerializeToString())
-                del model
-                session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-            else:
-                # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
-                path = os.path.join(art, "model.onnx")
-                with open(path, "wb") as f:
-                    f.write(_with_memory_refs(exported.model, held).SerializeToString())
-                session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
+            path = os.path.join(art, "model.onnx")
+            with open(path, "wb") as f:
+                f.write(_with_memory_refs(exported.model, held).SerializeToString())
+            session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         except Exception as exc:
             shutil.rmtree(art, ignore_errors=True)
             logger.error("ONNX Runtime could not build %s: %s", options.name, exc)
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not build the engine: {exc}") from exc
-        ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
-        engine = OrtEngine(session, [TensorSpec(*s) for s in exported.input_specs],
-                           [TensorSpec(*s) for s in exported.output_specs], options.name, ranges, None, "",
-                           None if keep else held)
-        if keep:
-            try:
-                engine._fed, engine._inline_bytes = _strip_optimized(art, held)
-                engine._artifacts, engine._artifact_format = art, "onnx-fed"
-                engine._fed_arrays = {name: held[name] for name in engine._fed}
-            except Exception as exc:  # storing is optional: the engine works without it
-                logger.info("%s: optimized model not stored: %s", options.name, exc)
-                shutil.rmtree(art, ignore_errors=True)
-        else:
-            shutil.rmtree(art, ignore_errors=True)
+        shutil.rmtree(art, ignore_errors=True)
         trim_heap()
+        return OrtEngine(session, inputs, outputs, options.name, ranges, held=held)
+
+    def _build_stored(self, exported: Any, so: Any, art: str, held: Dict[str, np.ndarray],
+                      inputs: List[TensorSpec], outputs: List[TensorSpec], ranges: List[BatchRange],
+                      name: str) -> "OrtEngine":
+        """Optimize into ``art``, strip the caller's weights, and run the stored form.
+
+        The optimizing session only writes the optimized model and is dropped
+        before that model is stripped, so the two never hold memory at once. The
+        engine returned runs what a warm bind will load: the weights fed from the
+        caller's arrays, the derived values mapped from ``model.data``.
+        """
+        import onnxruntime as ort
+
+        so.optimized_model_filepath = os.path.join(art, "optimized.onnx")
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                    str(EXTERNAL_MIN_BYTES))
+        # ONNX Runtime writes an optimized model from weights handed over as OrtValues
+        # (not from in-memory external data references): no copy either.
+        path = os.path.join(art, "source.onnx")
+        model, names, values = _with_fed_initializers(exported.model, held)
+        so.add_external_initializers(names, values)
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        del model
+        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])  # writes optimized.onnx/.data
+        del so, values
+        trim_heap()
+        fed, inline_bytes = _strip_optimized(art, held)
+        session, kept = _stored_session(os.path.join(art, "stored.onnx"), fed, held, name)
+        engine = OrtEngine(session, inputs, outputs, name, ranges, art, "onnx-fed", kept)
+        engine._fed, engine._inline_bytes = fed, inline_bytes
+        engine._fed_arrays = {n: held[n] for n in fed}
         return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
-        import onnxruntime as ort
-
         if meta.get("format") != "onnx-fed":
             raise EngineBuildError(f"{options.name}: stored engine format {meta.get('format')!r} is not this version's")
         feed = options.extra.get("weights")
@@ -252,29 +270,40 @@ class OnnxRuntimeBackend(Backend):
         if fed and feed is None:
             raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
         arrays = feed() if fed and feed is not None else {}
-        so = _session_options(optimize=False)  # the stored model is already optimized
-        held: List[Tuple[np.ndarray, Any]] = []
-        for name in fed:
-            arr = arrays.get(name)
-            if arr is None:
-                raise EngineBuildError(f"{options.name}: the stored model needs weight {name!r}, which the subgraph lacks")
-            arr = np.ascontiguousarray(arr)
-            value = ort.OrtValue.ortvalue_from_numpy(arr)
-            so.add_initializer(name, value)
-            held.append((arr, value))
-        path = os.path.join(directory, str(meta["file"]))
-        try:
-            # By path: the values derived at build time are read from model.data beside it.
-            session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise EngineBuildError(f"{options.name}: ONNX Runtime could not load the stored engine {path}: {exc}") from exc
-        trim_heap()
+        session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name)
         ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
         engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
                            ranges, held=held)
         engine._fed = fed  # what an export of this engine writes beside it (stored_weights)
         engine._fed_arrays = {name: arr for name, (arr, _) in zip(fed, held)}
         return engine
+
+
+def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any],
+                    name: str) -> Tuple[Any, List[Tuple[np.ndarray, Any]]]:
+    """A session over a stored (already optimized) model, ``fed`` weights taken from ``arrays`` in place.
+
+    Returns the session and the (array, OrtValue) pairs it reads, to keep alive with it.
+    """
+    import onnxruntime as ort
+
+    so = _session_options(optimize=False)  # the stored model is already optimized
+    held: List[Tuple[np.ndarray, Any]] = []
+    for w in fed:
+        arr = arrays.get(w)
+        if arr is None:
+            raise EngineBuildError(f"{name}: the stored model needs weight {w!r}, which the subgraph lacks")
+        arr = np.ascontiguousarray(arr)
+        value = ort.OrtValue.ortvalue_from_numpy(arr)
+        so.add_initializer(w, value)
+        held.append((arr, value))
+    try:
+        # By path: the values derived at build time are read from model.data beside it.
+        session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise EngineBuildError(f"{name}: ONNX Runtime could not load the stored engine {path}: {exc}") from exc
+    trim_heap()
+    return session, held
 
 
 def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:

@@ -33,7 +33,7 @@ Sections (see benchmarks/README.md for the latest numbers):
    the pass with the shipped cost rule and with an engine for every subgraph.
 6. ``memory``: peak RSS and RSS after bind, each variant in its own process
    (``benchmarks/bench_memory.py``): native, the pass without plan cache, and
-   the pass with a warm cache, on ResNet-50 v1 and a 2 GB FullyConnected.
+   the pass with a cold and a warm cache, on ResNet-50 v1 and a 2 GB FullyConnected.
 7. ``soak`` (only when named in ``--only``): ``--soak-cycles`` cycles of bind,
    forwards and unbind on a small CNN, natively and with the pass, each in its
    own process (``benchmarks/bench_soak.py``): binds/s, forwards/s, RSS start,
@@ -389,9 +389,10 @@ def render_tables(res: Dict[str, Any]) -> str:
     if res.get("memory"):
         out.append("Memory, MB (each variant in its own process; peak ratio on the native process's baseline)")
         rows = [[r["model"], r["label"], str(r["base_mb"]), str(r["after_bind_mb"] - r["base_mb"]), str(r["peak_over_base_mb"]),
-                 f"{r['peak_ratio']:.2f}x", f"{r['bind_s']:.2f}", str(r.get("cache_mb", "-"))]
+                 str(r["end_mb"] - r["base_mb"]), f"{r['peak_ratio']:.2f}x", f"{r['bind_s']:.2f}", str(r.get("cache_mb", "-"))]
                 for r in res["memory"]]
-        out.append(_table(["model", "variant", "baseline", "+after bind", "+peak", "peak / native", "bind s", "cache MB"],
+        out.append(_table(["model", "variant", "baseline", "+after bind", "+peak", "+after forwards", "peak / native", "bind s",
+                           "cache MB"],
                           rows, right_from=2))
         out.append("")
     if res.get("soak"):

@@ -13,10 +13,12 @@ prepacked MatMul/Gemm/Conv weights and values its optimizers derive (BatchNorm
 folded into Conv, NCHWc-reordered Conv weights, folded constants).
 
 Stored engines hold no weights either: the optimized model (ONNX format) keeps
-the derived values inline, because they depend on the weights (the plan cache
+the derived values in ``model.data`` beside it, because they depend on the weights (the plan cache
 key holds every weight's digest), and names the others, which are fed again from
 the caller's arrays at load (``SessionOptions.add_initializer``, no copy) with
-the graph optimizations off, since they ran before the model was stored.
+the graph optimizations off, since they ran before the model was stored. A
+build that stores its engine runs that stored form too, so the first bind of a
+model holds what later ones hold.
 """
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ from mx_trt.export.subgraph import ExportedSubgraph, entry_name
 
 logger = logging.getLogger(__name__)
 
-KEY_FORMAT = 2  # 2: weight digests are xxh3-128 with dtype and shape; ORT entries hold no weights
+KEY_FORMAT = 3  # 2: weight digests are xxh3-128 with dtype and shape; ORT entries hold no weights;
+#                3: the plan-cache key is made over the pool key
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,6 +80,9 @@ class SubgraphJob:
         initializers: Callable giving every initializer of that model by name
             (views over the caller's weights where used as is): what a stored
             engine without its weights is fed at load (``BuildOptions.extra["weights"]``).
+        weight_views: Callable giving, for the names asked that are the caller's
+            weights, views over them (no export; ``BuildOptions.extra["weight_views"]``):
+            how a warm load feeds an engine whose fed weights are all used as they are.
     """
 
     name: str
@@ -91,6 +95,7 @@ class SubgraphJob:
     batch_ranges: Sequence[BatchRange]
     export: Callable[[], ExportedSubgraph]
     initializers: Optional[Callable[[], Dict[str, Any]]] = None
+    weight_views: Optional[Callable[[Sequence[str]], Dict[str, Any]]] = None
 
     def canonical(self, batch_symbolic: bool) -> Dict[str, Any]:
         g = self.graph
@@ -263,9 +268,10 @@ class EngineProvider:
         users = user_fingerprint((job.graph.nodes[n].op, job.graph.nodes[n].attrs) for n in job.nodes)
         if users:  # the user converters it uses: their identity, version and code
             parts["user_converters"] = users
-        exact = dict(parts, bound=[list(job.graph.shapes[e]) for e in job.inputs],
-                     batch_ranges=[list(r) for r in job.batch_ranges])
-        return make_key(parts), make_key(exact)
+        pool_key = make_key(parts)  # O(subgraph size), once: the exact key builds on it
+        exact = {"format": KEY_FORMAT, "pool_key": pool_key, "bound": [list(job.graph.shapes[e]) for e in job.inputs],
+                 "batch_ranges": [list(r) for r in job.batch_ranges]}
+        return pool_key, make_key(exact)
 
     def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
         """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
@@ -290,6 +296,8 @@ class EngineProvider:
             opts.extra["progress"] = self.progress
         if job.initializers is not None:
             opts.extra["weights"] = job.initializers
+        if job.weight_views is not None:
+            opts.extra["weight_views"] = job.weight_views
         cache = self._usable_cache()
         if cache is None:
             eng = self._build(job, opts)

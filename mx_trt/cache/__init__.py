@@ -6,7 +6,7 @@ optimized model...), stored under a 64-hex-digit key made by :func:`make_key`.
 
 Layout of the cache directory::
 
-    <dir>/<key[:2]>/<key>/meta.json     format, key, file sizes and sha256, user metadata
+    <dir>/<key[:2]>/<key>/meta.json     format, key, file sizes and digests, user metadata
     <dir>/<key[:2]>/<key>/<name>        the entry's files
     <dir>/locks/<key>.lock              per-key inter-process lock (fcntl.flock)
     <dir>/tmp/                          staging, deletion and build work area (same filesystem)
@@ -27,8 +27,9 @@ Guarantees:
 * Readers never see a partial entry: :meth:`EngineCache.put` writes and fsyncs
   everything in a private directory under ``tmp/`` and publishes it with one
   ``rename``. Removal also renames the entry away before deleting it.
-* :meth:`EngineCache.get` checks every file's size and sha256 against
-  ``meta.json``; a bad entry is removed, reported with one warning and treated
+* :meth:`EngineCache.get` checks every file's size and content digest
+  (xxh3-128, sha256 without ``xxhash``; entries that list sha256 stay readable)
+  against ``meta.json``; a bad entry is removed, reported with one warning and treated
   as a miss. Entries of another layout version (``"format"`` in ``meta.json``,
   currently :data:`FORMAT_VERSION`) are removed silently (INFO log).
 * Nothing in the tree is followed through a symbolic link: directories are

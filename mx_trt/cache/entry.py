@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mx_trt.errors import CacheError
-from mx_trt.cache.fs import MAX_META_BYTES, UnsafePathError, check_dir, open_regular, read_regular, sha256_regular
+from mx_trt.cache.fs import MAX_META_BYTES, UnsafePathError, check_dir, file_digest, open_regular, read_regular
 from mx_trt.cache.key import META, bad_file_name
 
 #: Layout version stored in every ``meta.json``; entries of another version are misses.
@@ -142,26 +142,47 @@ def read_record(directory: str, key: str) -> Dict[str, Any]:
             isinstance(info, dict)
             and type(info.get("size")) is int
             and info["size"] >= 0
-            and isinstance(info.get("sha256"), str)
+            and _recorded_digest(info) is not None
         )
         if not ok:
             raise Bad(f"{META} has a malformed record for {name!r}", file=META)
     return record
 
 
+def _recorded_digest(info: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """(algorithm, ``"<algo>:<hex>"``) a file record holds, or ``None`` if it holds none it can.
+
+    Entries list ``"digest": "<algo>:<hex>"`` (xxh3_128 or sha256); older ones
+    ``"sha256": "<hex>"``, which stays readable.
+    """
+    d = info.get("digest")
+    if isinstance(d, str):
+        algo, _, hexd = d.partition(":")
+        return (algo, d) if algo in ("xxh3_128", "sha256") and hexd else None
+    legacy = info.get("sha256")
+    return ("sha256", f"sha256:{legacy}") if isinstance(legacy, str) and legacy else None
+
+
 def verify_files(directory: str, files: Mapping[str, Mapping[str, Any]]) -> None:
-    """Check each listed file is a regular file of the right size and sha256. O(total bytes).
+    """Check each listed file is a regular file of the right size and content digest. O(total bytes).
 
     Raises:
         Vanished, Bad, OSError: as :func:`read_record`.
     """
     for name, info in files.items():
         path = os.path.join(directory, name)
+        recorded = _recorded_digest(info)
+        if recorded is None:
+            raise Bad(f"{META} has a malformed record for {name!r}", file=META)
+        algo, want = recorded
         try:
             size = os.lstat(path).st_size
             if size != info["size"]:
                 raise Bad(f"file {name!r} has {size} bytes, expected {info['size']}", file=name)
-            size, digest = sha256_regular(path)
+            try:
+                size, digest = file_digest(path, algo)
+            except ValueError as exc:
+                raise Bad(f"file {name!r} cannot be checked: {exc}", file=name) from None
         except FileNotFoundError:
             if not os.path.isdir(directory):
                 raise Vanished() from None
@@ -170,8 +191,8 @@ def verify_files(directory: str, files: Mapping[str, Mapping[str, Any]]) -> None
             raise Bad(f"file {name!r} {e.strerror}", file=name) from None
         if size != info["size"]:
             raise Bad(f"file {name!r} has {size} bytes, expected {info['size']}", file=name)
-        if digest != info["sha256"]:
-            raise Bad(f"file {name!r} fails its sha256 check", file=name)
+        if digest != want:
+            raise Bad(f"file {name!r} fails its {algo} check", file=name)
 
 
 def make_entry(key: str, directory: str, record: Mapping[str, Any], last_used: float) -> CacheEntry:

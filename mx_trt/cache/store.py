@@ -231,7 +231,7 @@ class EngineCache(WritingMixin, LockingMixin, EvictionMixin):
         """The entry for ``key`` after checking its integrity, or ``None``.
 
         A corrupt entry (unparsable or inconsistent ``meta.json``, a missing
-        file, a size or sha256 mismatch, a link anywhere in it) is removed,
+        file, a size or digest mismatch, a link anywhere in it) is removed,
         reported with one warning naming the key and the fault, and is a miss;
         so is an entry of another layout format (removed, INFO log). An
         unreadable entry (permissions), or a corrupt one in a read-only cache,

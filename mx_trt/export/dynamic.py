@@ -112,6 +112,10 @@ class SubgraphExporter:
         self._graphs[batch] = g
         return g
 
+    def weight_views(self, names: Sequence[str]) -> Dict[str, np.ndarray]:
+        """The caller's weights among ``names``, as the exporter sees them (views, no copy); O(len(names))."""
+        return {n: self.weights[n] for n in names if n in self.weights}
+
     def initializers(self, name: str, nodes: Sequence[int], inputs: Sequence[Entry], outputs: Sequence[Entry],
                      graph: Optional[Graph] = None) -> Dict[str, np.ndarray]:
         """Every initializer of the subgraph's model by name, as :meth:`export` would give them.

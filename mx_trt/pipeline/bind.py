@@ -304,7 +304,8 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
     return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
                        weight_digests={k: v for k, v in digests.items() if k in used}, fp16=fp16, batch_ranges=ranges,
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
-                       initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph))
+                       initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
+                       weight_views=exporter.weight_views)
 
 
 def _baked_heads(graph: Graph, absorbed: Set[int]) -> Set[str]:

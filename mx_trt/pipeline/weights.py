@@ -11,24 +11,12 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 from typing import Any, Callable, Dict, Mapping, Set, cast
 
 import numpy as np
 
+from mx_trt.cache.fs import new_hasher
 from mx_trt.runtime.fused_op import data_ptr
-
-_xxhash: Any
-try:  # a pinned dependency (requirements/base.txt); sha256 keeps working without it
-    import xxhash as _xxhash
-except ImportError:  # pragma: no cover - exercised by the fallback test through monkeypatch
-    _xxhash = None
-
-
-def _hasher() -> Any:
-    if _xxhash is not None:
-        return "xxh3_128", _xxhash.xxh3_128()
-    return "sha256", hashlib.sha256()
 
 
 def _is_cpu_ndarray(a: Any) -> bool:
@@ -70,9 +58,9 @@ def digest(a: Any) -> str:
     (up to the hash's collision odds: xxh3-128 is not a cryptographic hash, which
     a local plan cache keyed by the user's own weights does not need).
     """
-    arr = view(a) if _is_cpu_ndarray(a) or isinstance(a, np.ndarray) else to_numpy(a)
+    arr = view(a)
     arr = np.ascontiguousarray(arr)
-    algo, h = _hasher()
+    algo, h = new_hasher()
     h.update(f"{arr.dtype.str}{tuple(arr.shape)}".encode())
     if arr.nbytes:
         h.update(arr.reshape(-1).view(np.uint8).data)

@@ -276,7 +276,7 @@ def _wrong_key(d: Path):
 
 @pytest.mark.parametrize("damage, what", [
     (_truncate, "bytes, expected"),
-    (_flip, "sha256"),
+    (_flip, "fails its xxh3_128 check"),
     (_break_meta, "not valid JSON"),
     (_drop_file, "missing"),
     (_drop_meta, "meta.json is missing"),
@@ -626,3 +626,45 @@ def test_from_env_max_mb_errors(monkeypatch, tmp_path, raw):
 def test_constructor_rejects_bad_limits(tmp_path, bad):
     with pytest.raises(CacheError):
         EngineCache(str(tmp_path), max_bytes=bad)
+
+
+def _record(d: Path):
+    return json.loads((d / "meta.json").read_text())
+
+
+def test_entries_record_a_fast_digest_and_older_sha256_entries_stay_readable(tmp_path):
+    import hashlib
+
+    c = EngineCache(str(tmp_path / "c"))
+    plan = os.urandom(8192)
+    c.put(KEY, {"v": 1}, {"plan": plan})
+    d = _entry_dir(c, KEY)
+    rec = _record(d)
+    assert rec["files"]["plan"]["digest"].startswith("xxh3_128:") and "sha256" not in rec["files"]["plan"]
+    # An entry written with the sha256 field only (the earlier layout of the record) is still verified and served.
+    rec["files"]["plan"] = {"size": len(plan), "sha256": hashlib.sha256(plan).hexdigest()}
+    (d / "meta.json").write_text(json.dumps(rec))
+    assert c.get(KEY) is not None
+    # ... and still caught when its file is damaged.
+    (d / "plan").write_bytes(plan[:-1] + bytes([plan[-1] ^ 1]))
+    assert c.get(KEY) is None and not d.exists()
+
+
+def test_file_digests_fall_back_to_sha256_without_xxhash(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_mod.fs, "_xxhash", None)
+    c = EngineCache(str(tmp_path / "c"))
+    c.put(KEY, {"v": 1}, {"plan": b"p" * 4096})
+    assert _record(_entry_dir(c, KEY))["files"]["plan"]["digest"].startswith("sha256:")
+    assert c.get(KEY) is not None
+
+
+def test_an_unknown_digest_algorithm_is_a_malformed_entry(tmp_path, caplog):
+    c = EngineCache(str(tmp_path / "c"))
+    c.put(KEY, {"v": 1}, {"plan": b"p" * 4096})
+    d = _entry_dir(c, KEY)
+    rec = _record(d)
+    rec["files"]["plan"]["digest"] = "md5:0123"
+    (d / "meta.json").write_text(json.dumps(rec))
+    with caplog.at_level(logging.WARNING):
+        assert c.get(KEY) is None
+    assert "malformed record" in caplog.text and not d.exists()

@@ -9,6 +9,7 @@ import os
 
 import mxnet as mx
 import numpy as np
+import pytest
 
 import mx_trt
 from mx_trt.frontends.hook import disabled
@@ -143,3 +144,28 @@ def test_cold_bind_runs_the_engine_it_stored(monkeypatch, tmp_path, caplog):
     assert "optimized model not stored (OSError: disk gone); building in memory" in caplog.text
     assert entries(tmp_path / "c2") == []
     np.testing.assert_allclose(out2, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_warm_load_feeds_the_callers_arrays_without_exporting(monkeypatch, tmp_path, fp16):
+    """Weights used as they are come straight from the caller at a warm load; converted ones (fp16) need the export."""
+    from mx_trt.export.dynamic import SubgraphExporter
+
+    cache_dir, sym, args, aux, x = _setup(monkeypatch, tmp_path)
+    if fp16:
+        monkeypatch.setenv("MXNET_TENSORRT_USE_FP16", "1")
+    out1 = bind(sym, args, aux, x)[1]
+    engines.clear_pool()
+    exports = []
+    real = SubgraphExporter.initializers
+    monkeypatch.setattr(SubgraphExporter, "initializers",
+                        lambda self, *a, **k: exports.append(a[0]) or real(self, *a, **k))
+    exe, out2 = bind(sym, args, aux, x)
+    info = mx_trt.bind_info(exe)
+    assert (info.builds, info.loads) == (0, 1)
+    assert len(exports) == (1 if fp16 else 0)
+    (fused,) = info.engines
+    fed = fused.engine.stored_weights()
+    if not fp16:
+        assert fed["fc_weight"].ctypes.data == data_ptr(args["fc_weight"])
+    np.testing.assert_array_equal(out1, out2)

@@ -112,6 +112,7 @@ class OrtEngine(Engine):
         self._bound_key: Optional[Tuple[Any, ...]] = None
         self._fed: List[str] = []
         self._fed_arrays: Dict[str, np.ndarray] = {}
+        self._fed_as_is: List[str] = []
         self._inline_bytes = 0
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
@@ -150,6 +151,7 @@ class OrtEngine(Engine):
             "file": "model.onnx",
             "data_file": "model.data",
             "fed": list(self._fed),
+            "fed_as_is": list(self._fed_as_is),
             "stored_bytes": self._inline_bytes,
             "inputs": specs_json(self.inputs),
             "outputs": specs_json(self.outputs),
@@ -209,7 +211,7 @@ class OnnxRuntimeBackend(Backend):
         outputs = [TensorSpec(*s) for s in exported.output_specs]
         if keep:
             try:
-                return self._build_stored(exported, so, art, held, inputs, outputs, ranges, options.name)
+                return self._build_stored(exported, so, art, held, inputs, outputs, ranges, options)
             except Exception as exc:  # storing is optional: build the engine in memory instead
                 logger.info("%s: optimized model not stored (%s: %s); building in memory", options.name,
                             type(exc).__name__, exc)
@@ -232,7 +234,7 @@ class OnnxRuntimeBackend(Backend):
 
     def _build_stored(self, exported: Any, so: Any, art: str, held: Dict[str, np.ndarray],
                       inputs: List[TensorSpec], outputs: List[TensorSpec], ranges: List[BatchRange],
-                      name: str) -> "OrtEngine":
+                      options: BuildOptions) -> "OrtEngine":
         """Optimize into ``art``, strip the caller's weights, and run the stored form.
 
         The optimizing session only writes the optimized model and is dropped
@@ -242,6 +244,7 @@ class OnnxRuntimeBackend(Backend):
         """
         import onnxruntime as ort
 
+        name = options.name
         so.optimized_model_filepath = os.path.join(art, "optimized.onnx")
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
@@ -262,6 +265,7 @@ class OnnxRuntimeBackend(Backend):
         engine = OrtEngine(session, inputs, outputs, name, ranges, art, "onnx-fed", kept)
         engine._fed, engine._inline_bytes = fed, inline_bytes
         engine._fed_arrays = {n: held[n] for n in fed}
+        engine._fed_as_is = _as_is(fed, held, options.extra.get("weight_views"))
         return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
@@ -271,7 +275,14 @@ class OnnxRuntimeBackend(Backend):
         fed = [str(n) for n in meta.get("fed", [])]
         if fed and feed is None:
             raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
-        arrays = feed() if fed and feed is not None else {}
+        views = options.extra.get("weight_views")
+        as_is = meta.get("fed_as_is")
+        if fed and views is not None and isinstance(as_is, list) and set(fed) <= set(as_is):
+            # Every fed weight is one of the caller's arrays as it is: no export needed
+            # (the plan-cache key holds their digests, so they are the arrays stored).
+            arrays = views(fed)
+        else:
+            arrays = feed() if fed and feed is not None else {}
         session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name)
         ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
         engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
@@ -279,6 +290,19 @@ class OnnxRuntimeBackend(Backend):
         engine._fed = fed  # what an export of this engine writes beside it (stored_weights)
         engine._fed_arrays = {name: arr for name, (arr, _) in zip(fed, held)}
         return engine
+
+
+def _as_is(fed: Sequence[str], held: Mapping[str, np.ndarray], views: Any) -> List[str]:
+    """The fed names whose arrays are the caller's own weights (same memory, dtype and shape)."""
+    if views is None or not fed:
+        return []
+    mine = views(list(fed))
+    return [n for n in fed if n in mine and _same_memory(np.asarray(mine[n]), held[n])]
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.ctypes.data == b.ctypes.data and a.dtype == b.dtype and a.shape == b.shape
+            and a.flags.c_contiguous and b.flags.c_contiguous)
 
 
 def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any],

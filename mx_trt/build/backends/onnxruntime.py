@@ -30,8 +30,10 @@ import numpy as np
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
+from mx_trt.export.plugins import model_plugins
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES, save_model
 from mx_trt.settings import env_int
+from mx_trt.build.backends.ort_plugins import plugins_named, register_plugins
 from mx_trt.build.backends.base import (
     Backend,
     BatchRange,
@@ -100,6 +102,8 @@ class OrtEngine(Engine):
         self._fed: List[str] = []
         self._fed_arrays: Dict[str, np.ndarray] = {}
         self._inline_bytes = 0
+        #: ``domain::op_type`` of the plugins the model holds; a stored copy registers them again at load.
+        self.plugins: List[str] = []
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
         key = tuple((b.ptr, b.shape) for b in inputs) + tuple((b.ptr, b.shape) for b in outputs)
@@ -138,6 +142,7 @@ class OrtEngine(Engine):
             "data_file": "model.data",
             "fed": list(self._fed),
             "stored_bytes": self._inline_bytes,
+            "plugins": list(self.plugins),
             "inputs": specs_json(self.inputs),
             "outputs": specs_json(self.outputs),
             "batch_ranges": [list(r) for r in self.batch_ranges],
@@ -197,6 +202,8 @@ class OnnxRuntimeBackend(Backend):
         art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
         held = {name: np.ascontiguousarray(arr) for name, arr in exported.external.items()}
         try:
+            plugins = model_plugins(exported.model)
+            register_plugins(so, plugins)
             if keep:
                 so.optimized_model_filepath = os.path.join(art, "optimized.onnx")
                 so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
@@ -220,6 +227,7 @@ class OnnxRuntimeBackend(Backend):
         engine = OrtEngine(session, [TensorSpec(*s) for s in exported.input_specs],
                            [TensorSpec(*s) for s in exported.output_specs], options.name, ranges, None, "",
                            None if keep else held)
+        engine.plugins = [p.name for p in plugins]
         if keep:
             try:
                 engine._fed, engine._inline_bytes = _strip_optimized(art, held)
@@ -244,6 +252,8 @@ class OnnxRuntimeBackend(Backend):
             raise EngineBuildError(f"{options.name}: the stored model needs its weights fed and none were given")
         arrays = feed() if fed and feed is not None else {}
         so = _session_options(optimize=False)  # the stored model is already optimized
+        plugins = [str(n) for n in meta.get("plugins", [])]
+        register_plugins(so, plugins_named(plugins))
         held = []
         for name in fed:
             arr = arrays.get(name)
@@ -261,8 +271,10 @@ class OnnxRuntimeBackend(Backend):
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not load the stored engine {path}: {exc}") from exc
         trim_heap()
         ranges = [tuple(int(x) for x in r) for r in meta.get("batch_ranges", [])]
-        return OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
-                         ranges, held=held)  # type: ignore[arg-type]
+        engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
+                           ranges, held=held)  # type: ignore[arg-type]
+        engine.plugins = plugins
+        return engine
 
 
 def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:

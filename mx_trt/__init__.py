@@ -29,6 +29,7 @@ from mx_trt.errors import (
     UnsupportedOpError,
 )
 from mx_trt.export.converters.user import register_converter, unregister_converter
+from mx_trt.export.plugins import HostFunction, register_plugin, unregister_plugin
 from mx_trt.frontends import gluon as _gluon
 from mx_trt.frontends import hook as _hook
 from mx_trt.frontends import module as _module
@@ -53,6 +54,7 @@ __all__ = [
     "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
+    "register_plugin", "unregister_plugin", "HostFunction",
     "BackendUnavailableError", "CacheError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Set
 
 import numpy as np
 
+from mx_trt.export.plugins import plugin_for_node
 from mx_trt.export.subgraph import ExportedSubgraph
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
     Contract: graph inputs and outputs keep their declared types (casts are
     inserted at the edges); float32 initializers, ``Constant``/``ConstantOfShape``
     values and ``Cast(to=FLOAT)`` become float16, except inputs ONNX requires in
-    float32 (Resize scales). Non-float tensors are untouched.
+    float32 (Resize scales). Non-float tensors are untouched. Plugin nodes keep the
+    float32 their implementation declares (casts around them).
 
     Complexity: O(nodes + initializer bytes).
     """
@@ -71,6 +73,8 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
             elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == F32 and n.op_type in ("Constant", "ConstantOfShape"):
                 a.t.CopyFrom(numpy_helper.from_array(_to_half(numpy_helper.to_array(a.t)), a.t.name))
 
+    _keep_plugins_float32(g)
+
     # Edges: cast float32 inputs down once, float32 outputs up once.
     renamed: Dict[str, str] = {}
     head: List[Any] = []
@@ -113,6 +117,34 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
         output_specs=list(exported.output_specs),
         batch_dim=exported.batch_dim,
     )
+
+
+def _keep_plugins_float32(g: Any) -> None:
+    """Plugin nodes compute in the types their implementation declares: the float32 ones
+    read their float inputs through a ``Cast`` to float32 and give float16 back. O(nodes)."""
+    from onnx import TensorProto, helper
+
+    nodes: List[Any] = []
+    for n in g.node:
+        p = plugin_for_node(n.domain, n.op_type) if n.domain else None
+        if p is None:
+            nodes.append(n)
+            continue
+        for i, x in enumerate(n.input):
+            if x and i < len(p.in_dtypes) and p.in_dtypes[i] == "float32":
+                up = f"{x}__to_fp32_{n.name}"
+                nodes.append(helper.make_node("Cast", [x], [up], name=f"{up}/Cast", to=TensorProto.FLOAT))
+                n.input[i] = up
+        tail = []
+        for j, y in enumerate(n.output):
+            if y and j < len(p.out_dtypes) and p.out_dtypes[j] == "float32":
+                wide = f"{y}__fp32"
+                n.output[j] = wide
+                tail.append(helper.make_node("Cast", [wide], [y], name=f"{y}/to_fp16", to=TensorProto.FLOAT16))
+        nodes.append(n)
+        nodes.extend(tail)
+    del g.node[:]
+    g.node.extend(nodes)
 
 
 _HALF_MAX = float(np.finfo(np.float16).max)

@@ -199,13 +199,15 @@ def export_subgraph(
         consts = {i: const_values_by_name[in_t[i]] for i in spec.const_inputs if in_t[i] in const_values_by_name}
         counter = [0]
 
-        def add_node(op_type: str, ins: Sequence[str], outs: Sequence[str], attrs: Dict[str, Any], _node=node, _counter=counter) -> None:
+        def add_node(op_type: str, ins: Sequence[str], outs: Sequence[str], attrs: Dict[str, Any], domain: str = "",
+                     _node=node, _counter=counter) -> None:
             onnx_name = f"{_node.name}/{op_type}_{_counter[0]}"
             _counter[0] += 1
             clean = {k: v for k, v in attrs.items() if v is not None}
             tensor_attrs = {k: numpy_helper.from_array(np.asarray(v)) for k, v in clean.items() if isinstance(v, np.ndarray)}
             clean.update(tensor_attrs)
-            nodes_out.append(helper.make_node(op_type, list(ins), list(outs), name=onnx_name, doc_string=_node.name, **clean))
+            nodes_out.append(helper.make_node(op_type, list(ins), list(outs), name=onnx_name, doc_string=_node.name,
+                                              domain=domain or None, **clean))
             origin[onnx_name] = _node.name
 
         ctx = ConvContext(spec, in_t, out_t, opset, add_node, add_const, unique, consts)
@@ -272,7 +274,9 @@ def export_subgraph(
     model = helper.make_model(
         g,
         producer_name="mx_trt",
-        opset_imports=[helper.make_opsetid("", opset)],
+        # Plugin nodes (mx_trt.export.plugins) live in their own domains, version 1.
+        opset_imports=[helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in
+                                                           sorted({n.domain for n in nodes_out if n.domain})],
     )
     model.ir_version = min(model.ir_version, 9)
     def io_spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:

@@ -32,8 +32,10 @@ import numpy as np
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
+from mx_trt.export.plugins import model_plugins
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.settings import env_int
+from mx_trt.build.backends.ort_plugins import plugins_named, register_plugins
 from mx_trt.build.backends.base import (
     Backend,
     BatchRange,
@@ -83,9 +85,14 @@ def _session_options(optimize: bool = True) -> Any:
     return so
 
 
-def _build_options(weight_bytes: int) -> Any:
-    """Session options of a build over ``weight_bytes`` of weights."""
+def _build_options(weight_bytes: int, plugins: Sequence[Any]) -> Any:
+    """Session options of a build over ``weight_bytes`` of weights, ``plugins`` registered.
+
+    Raises:
+        EngineBuildError: a plugin's implementation cannot be registered.
+    """
     so = _session_options()
+    register_plugins(so, plugins)
     if weight_bytes > PREPACK_MAX_BYTES:
         # Prepacking would copy every MatMul/Gemm weight once more; past this size
         # memory wins (batch-1 products are bound by memory bandwidth either way).
@@ -113,6 +120,8 @@ class OrtEngine(Engine):
         self._fed: List[str] = []
         self._fed_arrays: Dict[str, np.ndarray] = {}
         self._fed_as_is: List[str] = []
+        #: ``domain::op_type`` of the plugins the model holds; a stored copy registers them again at load.
+        self.plugins: List[str] = []
         self._inline_bytes = 0
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
@@ -152,6 +161,7 @@ class OrtEngine(Engine):
             "data_file": "model.data",
             "fed": list(self._fed),
             "fed_as_is": list(self._fed_as_is),
+            "plugins": list(self.plugins),
             "stored_bytes": self._inline_bytes,
             "inputs": specs_json(self.inputs),
             "outputs": specs_json(self.outputs),
@@ -199,7 +209,8 @@ class OnnxRuntimeBackend(Backend):
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         import onnxruntime as ort
 
-        so = _build_options(exported.weight_bytes)
+        plugins = model_plugins(exported.model)
+        so = _build_options(exported.weight_bytes, plugins)
         # Stored engines need ONNX Runtime to write the optimized model and the values
         # it derived (through protobuf: only below its limit).
         keep = bool(options.extra.get("keep_artifacts")) and exported.weight_bytes < STORE_MAX_BYTES
@@ -211,13 +222,13 @@ class OnnxRuntimeBackend(Backend):
         outputs = [TensorSpec(*s) for s in exported.output_specs]
         if keep:
             try:
-                return self._build_stored(exported, so, art, held, inputs, outputs, ranges, options)
+                return self._build_stored(exported, so, art, held, inputs, outputs, ranges, options, plugins)
             except Exception as exc:  # storing is optional: build the engine in memory instead
                 logger.info("%s: optimized model not stored (%s: %s); building in memory", options.name,
                             type(exc).__name__, exc)
                 shutil.rmtree(art, ignore_errors=True)
                 art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
-                so = _build_options(exported.weight_bytes)
+                so = _build_options(exported.weight_bytes, plugins)
         try:
             # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
             path = os.path.join(art, "model.onnx")
@@ -230,11 +241,13 @@ class OnnxRuntimeBackend(Backend):
             raise EngineBuildError(f"{options.name}: ONNX Runtime could not build the engine: {exc}") from exc
         shutil.rmtree(art, ignore_errors=True)
         trim_heap()
-        return OrtEngine(session, inputs, outputs, options.name, ranges, held=held)
+        engine = OrtEngine(session, inputs, outputs, options.name, ranges, held=held)
+        engine.plugins = [p.name for p in plugins]
+        return engine
 
     def _build_stored(self, exported: Any, so: Any, art: str, held: Dict[str, np.ndarray],
                       inputs: List[TensorSpec], outputs: List[TensorSpec], ranges: List[BatchRange],
-                      options: BuildOptions) -> "OrtEngine":
+                      options: BuildOptions, plugins: Sequence[Any]) -> "OrtEngine":
         """Optimize into ``art``, strip the caller's weights, and run the stored form.
 
         The optimizing session only writes the optimized model and is dropped
@@ -261,11 +274,12 @@ class OnnxRuntimeBackend(Backend):
         del so, values
         trim_heap()
         fed, inline_bytes = _strip_optimized(art, held)
-        session, kept = _stored_session(os.path.join(art, "stored.onnx"), fed, held, name)
+        session, kept = _stored_session(os.path.join(art, "stored.onnx"), fed, held, name, plugins)
         engine = OrtEngine(session, inputs, outputs, name, ranges, art, "onnx-fed", kept)
         engine._fed, engine._inline_bytes = fed, inline_bytes
         engine._fed_arrays = {n: held[n] for n in fed}
         engine._fed_as_is = _as_is(fed, held, options.extra.get("weight_views"))
+        engine.plugins = [p.name for p in plugins]
         return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
@@ -283,12 +297,15 @@ class OnnxRuntimeBackend(Backend):
             arrays = views(fed)
         else:
             arrays = feed() if fed and feed is not None else {}
-        session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name)
+        plugins = [str(n) for n in meta.get("plugins", [])]
+        session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name,
+                                        plugins_named(plugins))
         ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
         engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
                            ranges, held=held)
         engine._fed = fed  # what an export of this engine writes beside it (stored_weights)
         engine._fed_arrays = {name: arr for name, (arr, _) in zip(fed, held)}
+        engine.plugins = plugins
         return engine
 
 
@@ -305,8 +322,8 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
             and a.flags.c_contiguous and b.flags.c_contiguous)
 
 
-def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any],
-                    name: str) -> Tuple[Any, List[Tuple[np.ndarray, Any]]]:
+def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any], name: str,
+                    plugins: Sequence[Any] = ()) -> Tuple[Any, List[Tuple[np.ndarray, Any]]]:
     """A session over a stored (already optimized) model, ``fed`` weights taken from ``arrays`` in place.
 
     Returns the session and the (array, OrtValue) pairs it reads, to keep alive with it.
@@ -314,6 +331,7 @@ def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any],
     import onnxruntime as ort
 
     so = _session_options(optimize=False)  # the stored model is already optimized
+    register_plugins(so, plugins)
     held: List[Tuple[np.ndarray, Any]] = []
     for w in fed:
         arr = arrays.get(w)

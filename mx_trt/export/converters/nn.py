@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -354,7 +354,7 @@ def _check_deconvolution(spec: OpSpec) -> Optional[str]:
 def _deconvolution(ctx: ConvContext) -> None:
     g = _conv_geom(ctx.spec, no_bias_default=True)
     begin, end, opad, _ = _deconv_pads(ctx.spec, g)
-    attrs = dict(
+    attrs: Dict[str, Any] = dict(
         kernel_shape=list(g.kernel),
         strides=list(g.stride),
         dilations=list(g.dilate),

@@ -65,7 +65,7 @@ class ConvContext:
         inputs: Sequence[str],
         outputs: Sequence[str],
         opset: int,
-        add_node: Callable[[str, Sequence[str], Sequence[str], Dict[str, Any]], None],
+        add_node: Callable[..., None],
         add_const: Callable[[np.ndarray, str], str],
         unique: Callable[[str], str],
         const_values: Mapping[int, np.ndarray],
@@ -92,6 +92,8 @@ class ConvContext:
         op_type: str,
         inputs: Sequence[str],
         outputs: Optional[Sequence[str]] = None,
+        *,
+        domain: str = "",
         **attrs: Any,
     ) -> List[str]:
         """Add one ONNX node; returns its output names.
@@ -100,11 +102,16 @@ class ConvContext:
             op_type: ONNX operator type.
             inputs: Input tensor names (``""`` for an omitted optional input).
             outputs: Output names; default one fresh name.
+            domain: The node's domain: ``""`` for standard ONNX, a plugin's own
+                domain for a plugin node (the model then imports that domain).
             **attrs: ONNX attributes (ints, floats, strings, lists, numpy arrays
                 for tensor attributes).
         """
         outs = list(outputs) if outputs is not None else [self.tmp(op_type.lower())]
-        self._add_node(op_type, list(inputs), outs, attrs)
+        if domain:
+            self._add_node(op_type, list(inputs), outs, attrs, domain)
+        else:
+            self._add_node(op_type, list(inputs), outs, attrs)
         return outs
 
     def const(self, value: Any, hint: str = "c", dtype: Optional[Any] = None) -> str:
@@ -137,6 +144,7 @@ class OpEntry:
         fingerprint: Digest of a user converter's identity, version and code; part of
             the plan-cache key of every subgraph using it (``""`` for built-ins).
         backends: Backends the converter is for (``None``: all).
+        plugin: ``domain::op_type`` of a plugin's entry (:mod:`mx_trt.export.plugins`), else ``""``.
         seq: Registration order, breaking ties of priority (first wins).
     """
 
@@ -148,11 +156,17 @@ class OpEntry:
     identity: str = ""
     fingerprint: str = ""
     backends: Optional[Tuple[str, ...]] = None
+    plugin: str = ""
     seq: int = 0
 
     @property
     def is_user(self) -> bool:
         return self.source != BUILT_IN
+
+    @property
+    def label(self) -> str:
+        """How reasons name a user entry: ``user converter module.name`` or ``plugin domain::op_type``."""
+        return f"plugin {self.plugin}" if self.plugin else f"user converter {self.identity}"
 
 
 _REGISTRY: Dict[str, List[OpEntry]] = {}  # per key, active entry first
@@ -252,6 +266,8 @@ def check(spec: OpSpec) -> Optional[str]:
         if not s or any(d <= 0 for d in s):
             return f"output {i} has an unknown or empty shape {s}"
     if entry.backends is not None and spec.backend and spec.backend not in entry.backends:
+        if entry.plugin:
+            return f"plugin {entry.plugin} has no {spec.backend} implementation (it has: {', '.join(entry.backends)})"
         return f"user converter {entry.identity} is for {', '.join(entry.backends)} only"
     for v in entry.validators:
         try:
@@ -265,5 +281,5 @@ def check(spec: OpSpec) -> Optional[str]:
                 raise
             reason = f"validator raised {type(exc).__name__}: {exc}"
         if reason:
-            return f"{reason} (user converter {entry.identity})" if entry.is_user else reason
+            return f"{reason} ({entry.label})" if entry.is_user else reason
     return None

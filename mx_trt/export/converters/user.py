@@ -55,16 +55,18 @@ from mx_trt.export.converters.registry import (
     BUILT_IN, ConvContext, Converter, OpEntry, Validator, add_entry, entries, lookup, remove_entries,
 )
 
-__all__ = ["ConverterInfo", "list_converters", "register_converter", "unregister_converter", "user_fingerprint"]
+__all__ = ["ConverterInfo", "add_user_converter", "code_digest", "identity_of", "list_converters", "register_converter",
+           "unregister_converter", "user_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
 
-def _identity(fn: Callable[..., Any]) -> str:
+def identity_of(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function: what tells two registrations apart."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _code_digest(fn: Optional[Callable[..., Any]]) -> str:
+def code_digest(fn: Optional[Callable[..., Any]]) -> str:
     """sha256 of ``fn``'s source, or of its bytecode and constants when the source is not available."""
     if fn is None:
         return ""
@@ -104,29 +106,48 @@ def register_converter(
         raise ValueError(f"register_converter: bad operator name {op!r} (use 'Name' or 'Custom:op_type')")
 
     def deco(fn: Converter) -> Converter:
-        ident = _identity(fn)
-        h = hashlib.sha256("\0".join([ident, str(version), _code_digest(fn), _code_digest(validator)]).encode())
-
-        @functools.wraps(fn)
-        def run(ctx: ConvContext) -> None:
-            try:
-                fn(ctx)
-            except ConversionError:
-                raise
-            except Exception as exc:  # a user's converter may raise anything; it costs the engine, typed
-                raise ConversionError(f"user converter {ident} failed on {ctx.name!r}: {type(exc).__name__}: {exc}") from exc
-
-        entry = OpEntry(op, run, [validator] if validator else [], priority=priority, source=getattr(fn, "__module__", "?"),
-                        identity=ident, fingerprint=h.hexdigest(), backends=tuple(backends) if backends else None)
-        if add_entry(entry):
-            logger.info("user converter %s registered for %s (priority %d)", ident, op, priority)
-        else:
-            active = lookup(op)
-            logger.warning("user converter %s for %s (priority %d) is not used: %s (priority %d) comes first",
-                           ident, op, priority, active.identity or BUILT_IN if active else "?", active.priority if active else 0)
+        add_user_converter(op, fn, validator, priority, version, backends)
         return fn
 
     return deco
+
+
+def add_user_converter(
+    op: str,
+    fn: Converter,
+    validator: Optional[Validator],
+    priority: int,
+    version: str,
+    backends: Optional[Sequence[str]],
+    plugin: str = "",
+) -> OpEntry:
+    """Put ``fn`` into the registry as a user entry (what :func:`register_converter` and plugins share).
+
+    Returns:
+        The entry (active or not; a warning says when another comes first).
+    """
+    ident = identity_of(fn)
+    h = hashlib.sha256("\0".join([ident, str(version), code_digest(fn), code_digest(validator)]).encode())
+
+    @functools.wraps(fn)
+    def run(ctx: ConvContext) -> None:
+        try:
+            fn(ctx)
+        except ConversionError:
+            raise
+        except Exception as exc:  # a user's converter may raise anything; it costs the engine, typed
+            raise ConversionError(f"user converter {ident} failed on {ctx.name!r}: {type(exc).__name__}: {exc}") from exc
+
+    entry = OpEntry(op, run, [validator] if validator else [], priority=priority, source=getattr(fn, "__module__", "?"),
+                    identity=ident, fingerprint=h.hexdigest(), backends=tuple(backends) if backends else None,
+                    plugin=plugin)
+    if add_entry(entry):
+        logger.info("user converter %s registered for %s (priority %d)", ident, op, priority)
+    else:
+        active = lookup(op)
+        logger.warning("user converter %s for %s (priority %d) is not used: %s (priority %d) comes first",
+                       ident, op, priority, active.identity or BUILT_IN if active else "?", active.priority if active else 0)
+    return entry
 
 
 def unregister_converter(op: str, fn: Optional[Callable[..., Any]] = None) -> int:
@@ -135,7 +156,7 @@ def unregister_converter(op: str, fn: Optional[Callable[..., Any]] = None) -> in
     Returns:
         How many were removed (built-ins are never removed).
     """
-    return remove_entries(op, _identity(fn) if fn is not None else None)
+    return remove_entries(op, identity_of(fn) if fn is not None else None)
 
 
 def user_fingerprint(nodes: Iterable[Tuple[str, Mapping[str, Any]]]) -> str:
@@ -166,6 +187,6 @@ def list_converters() -> List[ConverterInfo]:
     out: List[ConverterInfo] = []
     for key, lst in entries().items():
         for i, e in enumerate(lst):
-            source = f"user: {e.identity}" if e.is_user else BUILT_IN
+            source = (f"plugin: {e.plugin}" if e.plugin else f"user: {e.identity}") if e.is_user else BUILT_IN
             out.append(ConverterInfo(key, source, ",".join(e.backends) if e.backends else "all", e.priority, i == 0))
     return out

@@ -29,7 +29,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="draw each subgraph as one box (default: from 1,000 operators)")
     p.add_argument("--build", action="store_true", help="also build the engines and report build failures")
     p.add_argument("--list-converters", action="store_true",
-                   help="list every registered operator, its source (built-in or user: module) and backends; no PREFIX needed")
+                   help="list every registered operator, its source (built-in, user: module.function or plugin: domain::op) "
+                        "and backends; no PREFIX needed")
     p.set_defaults(func=run)
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, MxTrtError
+from mx_trt.export.plugins import model_plugins
 from mx_trt.export.subgraph import save_model
 from mx_trt.build.backends.base import BuildOptions, Shape
 from mx_trt.build.backends.tensorrt import cuda
@@ -38,6 +39,7 @@ from mx_trt.build.backends.tensorrt.engine import TrtEngine
 from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
 from mx_trt.build.backends.tensorrt.logs import logger_for
 from mx_trt.build.backends.tensorrt.meta import describe_engine, onnx_dims
+from mx_trt.build.backends.tensorrt.plugins import load_plugins
 from mx_trt.build.backends.tensorrt.refit import WeightsSource, missing_strip_flags, set_strip_flags, weights_source
 from mx_trt.build.backends.tensorrt.shapes import (
     Profile,
@@ -150,6 +152,7 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
         raise EngineBuildError(f"{name}: this {backend.label} has no strongly typed networks, which it requires")
     flags = 1 << int(mod.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
     network: trt.INetworkDefinition = builder.create_network(flags)
+    load_plugins(mod, backend.name, backend.label, model_plugins(exported.model))
     _parse(mod, network, log, exported, options, backend.label)
     in_dims, dim_names = _interface(exported, network, name, backend.label)
 

@@ -195,6 +195,11 @@ def device_synchronize() -> None:
     _check(library().cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
 
+def stream_synchronize(handle: int) -> None:
+    """Wait for the work queued on the stream ``handle`` (a ``cudaStream_t`` as an integer; 0 is the default stream)."""
+    _check(library().cudaStreamSynchronize(ctypes.c_void_p(int(handle))), "cudaStreamSynchronize")
+
+
 class Stream:
     """A non-blocking CUDA stream on one device, destroyed by :meth:`close` or when collected."""
 

@@ -18,6 +18,7 @@ from mx_trt.build.backends.tensorrt.caches import write_atomic
 from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, rtx_specialization
 from mx_trt.build.backends.tensorrt.logs import logger_for
 from mx_trt.build.backends.tensorrt.meta import profiles_from_meta
+from mx_trt.build.backends.tensorrt.plugins import load_registered
 from mx_trt.build.backends.tensorrt.refit import WeightsSource, refit_engine, weight_stats
 from mx_trt.build.backends.tensorrt.runtime import TrtRunner, check_io, deserialize_plan
 from mx_trt.build.backends.tensorrt.shapes import batch_rule_output_shapes, context_output_shapes, select_profile
@@ -158,6 +159,7 @@ class TrtEngine(Engine):
                 cuda.set_device(self.device_id)
             else:
                 self.device_id = cuda.current_device()
+            load_registered(mod, self.backend.name, self.backend.label)  # plugin layers need their creators
             runtime, engine = deserialize_plan(mod, self.backend.label, self.plan, self.device_id, self.name)
             check_io(mod, engine, self.inputs, self.outputs, self.name)
             if self.stripped:

@@ -151,7 +151,7 @@ def optimize(request: BindRequest) -> BindInfo:
             if src.is_variable and e.node in absorbed_ids:
                 needed.add(src.name)
     weights_np = LazyWeights(params, needed)
-    digests_all = {k: digest_of(params[k]) for k in sorted(needed)}
+    digests_all = {k: digest_of(weights_np[k]) for k in sorted(needed)}  # the views are kept for the export
     ranges = batch_ranges(settings, shapes)
     timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
 

@@ -19,7 +19,7 @@ REQ         := requirements
 STUBS_TMP   := $(VENV)/.typestubs-download
 
 # The switches reach setup.py (which reads the same names) through the environment.
-export USE_TENSORRT USE_TENSORRT_RTX USE_ONNXRUNTIME
+export USE_TENSORRT USE_TENSORRT_RTX USE_ONNXRUNTIME USE_SERVE
 
 # Requirement files selected by the switches, and those switched off.
 SELECTED := $(REQ)/base.txt $(REQ)/test.txt
@@ -39,12 +39,17 @@ SELECTED += $(REQ)/trt-rtx.txt
 else
 UNSELECTED += $(REQ)/trt-rtx.txt
 endif
+ifeq ($(USE_SERVE),1)
+SELECTED += $(REQ)/serve.txt
+else
+UNSELECTED += $(REQ)/serve.txt
+endif
 
 # Stamps inside the venv: deleting .venv resets everything.
 CONFIG_STAMP := $(VENV)/.mx_trt-config
 DEPS_STAMP   := $(VENV)/.mx_trt-deps
 PKG_STAMP    := $(VENV)/.mx_trt-installed
-CONFIG_LINE  := PYTHON=$(PYTHON) USE_TENSORRT=$(USE_TENSORRT) USE_TENSORRT_RTX=$(USE_TENSORRT_RTX) USE_ONNXRUNTIME=$(USE_ONNXRUNTIME)
+CONFIG_LINE  := PYTHON=$(PYTHON) USE_TENSORRT=$(USE_TENSORRT) USE_TENSORRT_RTX=$(USE_TENSORRT_RTX) USE_ONNXRUNTIME=$(USE_ONNXRUNTIME) USE_SERVE=$(USE_SERVE)
 
 # What the installed copy is built from. The folders are listed too, so that
 # adding or deleting a module also triggers a reinstall.

@@ -21,7 +21,17 @@ USE_TENSORRT_RTX ?= 1
 # no GPU: the embedded default.
 USE_ONNXRUNTIME ?= 1
 
+# Serving with Triton Inference Server (requirements/serve.txt, the extra
+# mx_trt[serve]: nvidia-pytriton, which bundles tritonserver, and
+# tritonclient; about 60 MB). On by default so that `make test` covers
+# mx_trt.serving and `mxtrt serve`.
+USE_SERVE ?= 1
+
 # The interpreter that creates .venv. Python 3.9, 3.10 or 3.11 only: MXNet
 # 1.9.1 needs numpy 1.23, which has no wheels for newer Pythons. An existing
 # .venv keeps its interpreter: run `make distclean` after changing this.
-PYTHON ?= python3
+# Debian's /usr/bin/python3.11 when it exists: Triton's Python backend stub
+# (serving) embeds the interpreter's shared libpython, which that interpreter
+# has (package libpython3.11); any other 3.9-3.11 built with --enable-shared
+# serves too.
+PYTHON ?= $(if $(wildcard /usr/bin/python3.11),/usr/bin/python3.11,python3)

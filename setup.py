@@ -110,6 +110,9 @@ extras = {
     "tensorrt": read_requirements("tensorrt"),
     "tensorrt-rtx": read_requirements("trt-rtx"),
     "test": read_requirements("test"),
+    # Serving with Triton (mx_trt.serving, `mxtrt serve`): optional, `pip install 'mx_trt[serve]'`;
+    # `make venv` installs it with USE_SERVE=1 (config.mk's default).
+    "serve": read_requirements("serve"),
 }
 install_requires = read_requirements("base")
 if switch_on(config, "USE_ONNXRUNTIME"):

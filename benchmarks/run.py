@@ -38,6 +38,12 @@ Sections (see benchmarks/README.md for the latest numbers):
    forwards and unbind on a small CNN, natively and with the pass, each in its
    own process (``benchmarks/bench_soak.py``): binds/s, forwards/s, RSS start,
    end and max, growth per 1,000 cycles, and the engine pool at the end.
+8. ``serve`` (only when named in ``--only``): the model served by Triton
+   (``mx_trt.serving``), driven with ``tritonclient`` over gRPC at
+   concurrency 1, 4 and 16 for ``--serve-requests`` requests each (default
+   2,000; quick 60): throughput, p50, p99 and failed requests, beside the same
+   model in process (batch-1 latency, best batch throughput), with the ratios
+   (``benchmarks/bench_serve.py``). ResNet-50 v1; ``--quick``: a small CNN.
 
 Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
 ``pip install -r requirements/bench.txt``) and the tables on stdout.
@@ -402,6 +408,14 @@ def render_tables(res: Dict[str, Any]) -> str:
                    "growth = RSS slope over the second half of the cycles")
         out.append(bench_soak.render(res["soak"]))
         out.append("")
+    if res.get("serve"):
+        import bench_serve
+
+        s = res["serve"]
+        out.append(f"Serving with Triton: {s['model']}, max batch {s['max_batch']}, {s['requests']} requests per "
+                   "concurrency over gRPC, batch-1 requests; beside the same model in process")
+        out.append(bench_serve.render(s))
+        out.append("")
     if res.get("fused_node"):
         out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")
         rows = [[r["case"], f"{r['fused_forward_us']:.1f} ({r['best']['fused_forward_us']:.1f})",
@@ -575,6 +589,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models",
                     help="comma-separated sections to run")
     ap.add_argument("--soak-cycles", type=int, default=None, help="cycles of the soak section (default 1000; quick 100)")
+    ap.add_argument("--serve-requests", type=int, default=None,
+                    help="requests per concurrency in the serve section (default 2000; quick 60)")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
                     "(default: all of benchmarks/bench_models.py)")
@@ -623,6 +639,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from bench_soak import bench_soak
 
         res["soak"] = bench_soak(args.soak_cycles or (100 if args.quick else 1000))
+    if "serve" in only:
+        from bench_serve import bench_serve
+
+        res["serve"] = bench_serve(args.quick, args.serve_requests or 0)
     if "models" in only:
         import bench_models
 

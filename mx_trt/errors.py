@@ -48,3 +48,7 @@ class GraphImportError(MxTrtError):
 
 class ExportError(MxTrtError):
     """An export folder (``mxtrt export``, :func:`mx_trt.load`) cannot be written, or is missing, damaged or unreadable."""
+
+
+class ServeError(MxTrtError):
+    """A model cannot be served: the serving extra is missing, the interpreter does not fit Triton, or the server failed."""

@@ -36,6 +36,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt.pipeline",),
     ("mx_trt.frontends",),
     ("mx_trt.artifacts",),
+    ("mx_trt.serving",),
     ("mx_trt.tools",),
 )
 PASSES = "mx_trt.passes"

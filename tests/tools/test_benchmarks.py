@@ -47,3 +47,22 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
         assert row["accelerated"] == (row["label"] != "native")
         assert row["peak_mb"] >= row["base_mb"] > 0
     assert res["machine"]["threads"] in (1, "1")
+
+
+def test_serve_section_quick(tmp_path):
+    from mx_trt.serving import serve_problem
+
+    if serve_problem() is not None:
+        pytest.skip(f"cannot serve here: {serve_problem()}")
+    out_dir = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--only", "serve",
+                           "--serve-requests", "40", "--out", str(out_dir)], cwd=ROOT, env=_clean_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out_dir / "results.json").read_text())["serve"]
+    assert [r["concurrency"] for r in res["server"]] == [1, 4, 16]
+    for row in res["server"]:
+        assert row["failed"] == 0 and row["ok"] == 40 and row["p99_ms"] >= row["p50_ms"] > 0
+    assert res["in_process"]["engines"] >= 1 and res["in_process"]["best_throughput"] > 0
+    assert res["ratios"]["p50_c1/in_process_batch1"] > 0 and res["ratios"]["throughput_c16/best_in_process"] > 0
+    assert "p50 at c=1 / in-process batch 1" in proc.stdout

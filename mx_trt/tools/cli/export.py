@@ -5,11 +5,26 @@ import argparse
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, List, Tuple
 
 from mx_trt.artifacts import export_model
+from mx_trt.build.backends import BACKENDS
+from mx_trt.build.backends.tensorrt import TensorRTBackend
+from mx_trt.errors import MxTrtError
+from mx_trt.serving.engine_models import variants_note, whole_model_export, write_onnx_model, write_plan_model
+from mx_trt.serving.repository import write_python_model
+from mx_trt.serving.server import input_specs
 from mx_trt.tools.cli.checkpoint import load_model
-from mx_trt.tools.cli.options import EXIT_OK, UsageError, add_max_batch, check_max_batch, engine_setup, shapes_text
+from mx_trt.tools.cli.options import (
+    EXIT_OK,
+    UsageError,
+    add_max_batch,
+    check_max_batch,
+    engine_setup,
+    settings_from_env,
+    shapes_text,
+)
+from mx_trt.tools.cli.serve import add_serve_options, parse_dtypes, serve_options
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -22,6 +37,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_max_batch(p)
     p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
     p.add_argument("--json", action="store_true", help="print the manifest")
+    p.add_argument("--triton", action="store_true",
+                   help="write a Triton model repository instead: OUTDIR/NAME with config.pbtxt and a Python-backend "
+                        "model whose instances bind the checkpoint with mx_trt; a graph entirely in one engine also "
+                        "gets OUTDIR/NAME_onnx (onnxruntime_onnx) and, where TensorRT builds, OUTDIR/NAME_trt "
+                        "(tensorrt_plan, for this machine's GPU)")
+    add_serve_options(p, max_batch=False)
     p.set_defaults(func=run)
 
 
@@ -55,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if os.path.isdir(outdir) and os.listdir(outdir) and not args.force:
         raise UsageError(f"{outdir} is not empty (use --force to replace an earlier export)")
     ckpt, shapes, _ = load_model(args)
+    if args.triton:
+        return _triton(args, ckpt, shapes, outdir)
     settings, ctx, backend = engine_setup(args)
     _check_writable(outdir)
     manifest = export_model(ckpt.symbol, ctx, ckpt.params, shapes, outdir, settings, backend, overwrite=args.force)
@@ -67,3 +90,58 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name} stays native: {why}")
         print(f"bind it with: mx_trt.load({outdir!r}, mx.{ctx.device_type}())")
     return EXIT_OK
+
+
+def _triton(args: argparse.Namespace, ckpt: Any, shapes: Any, outdir: str) -> int:
+    """``--triton``: the Python-backend model ``OUTDIR/NAME`` (:mod:`mx_trt.serving.repository`) and, for a graph
+    that is one engine, the models without Python (:func:`_engine_variants`)."""
+    dtypes = parse_dtypes(args, ckpt.data_inputs())
+    opts = serve_options(args, ckpt.prefix)
+    name = str(opts.model_name)
+    _check_writable(outdir)
+    spec = write_python_model(outdir, name, ckpt.symbol, ckpt.arg_params, ckpt.aux_params,
+                              input_specs(shapes, dtypes), opts.max_batch, opts.max_queue_delay_us, opts.instances,
+                              allow_nonfinite=opts.allow_nonfinite, imports=list(opts.imports))
+    written, skipped = _engine_variants(args, ckpt, spec, outdir, name, opts)
+    if args.json:
+        print(json.dumps({"repository": outdir, "model": name, **spec.to_json(), "variants": written,
+                          "variants_not_written": skipped}, indent=2))
+    else:
+        print(f"wrote the Triton model {os.path.join(outdir, name)} (python backend, max batch {spec.max_batch}, "
+              f"{opts.instances} instance(s)), inputs {', '.join(t.name for t in spec.inputs)}, outputs "
+              f"{', '.join(t.name for t in spec.outputs)}")
+        print(variants_note(written, skipped))
+        print(f"serve it with: tritonserver --model-repository={outdir} (mx_trt[serve] installed in the server's Python)")
+    return EXIT_OK
+
+
+def _engine_variants(args: argparse.Namespace, ckpt: Any, spec: Any, outdir: str, name: str,
+                     opts: Any) -> Tuple[List[str], List[str]]:
+    """The models without Python (:mod:`mx_trt.serving.engine_models`): (folders written, reasons for the others)."""
+    written: List[str] = []
+    skipped: List[str] = []
+    common = (spec.inputs, spec.outputs, spec.max_batch, opts.max_queue_delay_us, opts.instances)
+    settings = settings_from_env(args.fp16)
+    onnx, why = whole_model_export(ckpt.symbol, ckpt.params, spec.inputs, spec.outputs, spec.max_batch,
+                                   BACKENDS["onnxruntime"](), settings)
+    if onnx is None:
+        skipped.append(f"{name}_onnx (onnxruntime_onnx): {why}")
+        skipped.append(f"{name}_trt (tensorrt_plan): {why}")
+        return written, skipped
+    written.append(write_onnx_model(outdir, f"{name}_onnx", onnx, *common))
+    trt = TensorRTBackend
+    reason = trt.build_unavailable_reason()
+    if reason is not None:
+        skipped.append(f"{name}_trt (tensorrt_plan): {reason}")
+        return written, skipped
+    backend = trt()
+    exported, why = whole_model_export(ckpt.symbol, ckpt.params, spec.inputs, spec.outputs, spec.max_batch, backend,
+                                       settings)
+    if exported is None:
+        skipped.append(f"{name}_trt (tensorrt_plan): {why}")
+        return written, skipped
+    try:
+        written.append(write_plan_model(outdir, f"{name}_trt", exported, *common, backend=backend))
+    except MxTrtError as exc:
+        skipped.append(f"{name}_trt (tensorrt_plan): {exc}")
+    return written, skipped

@@ -7,7 +7,8 @@ Every command takes a checkpoint prefix (``PREFIX-symbol.json`` and
     mxtrt verify    PREFIX --shape data=1,3,224,224 [--input x.npz] [--rtol R --atol A]
     mxtrt bench     PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--runs 20] [--json]
     mxtrt build     PREFIX --shape data=1,3,224,224 [--batch 1,8] [--max-batch N] [--cache-dir DIR]
-    mxtrt export    PREFIX OUTDIR --shape data=1,3,224,224 [--max-batch N]
+    mxtrt export    PREFIX OUTDIR --shape data=1,3,224,224 [--max-batch N] [--triton]
+    mxtrt serve     PREFIX --shape data=1,3,224,224 [--max-batch 32] [--instances N] [--http-port P ...]
 
 Each command is a module of this package (``add_parser`` registers its
 options, ``run`` runs it); this one holds the options they share, the
@@ -31,7 +32,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from mx_trt.errors import MxTrtError, ShapeError
 from mx_trt.settings import env_override
-from mx_trt.tools.cli import bench, build, export, partition, verify
+from mx_trt.tools.cli import bench, build, export, partition, serve, verify
 from mx_trt.tools.cli.checkpoint import mxnet_message
 from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, INT32_MAX, UsageError, int_in
 
@@ -70,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "  mxtrt verify PREFIX --shape data=1,3,224,224 [--input x.npz]\n"
                              "  mxtrt bench PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--json]\n"
                              "  mxtrt build PREFIX --shape data=1,3,224,224 [--batch 1,8] [--cache-dir DIR]\n"
-                             "  mxtrt export PREFIX OUTDIR --shape data=1,3,224,224\n\n"
+                             "  mxtrt export PREFIX OUTDIR --shape data=1,3,224,224 [--triton]\n"
+                             "  mxtrt serve PREFIX --shape data=1,3,224,224 [--max-batch 32] [--instances N]\n\n"
                              "MXNET_TENSORRT_* environment variables apply as at bind time.",
                  epilog="Exit status: 0 ok, 1 verification failed, 2 bad input.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (partition, verify, bench, build, export):
+    for command in (partition, verify, bench, build, export, serve):
         command.add_parser(sub, common)
     return ap
 

@@ -1,0 +1,143 @@
+"""Triton models that need no Python: the whole graph as one ONNX model (``onnxruntime_onnx``) or one TensorRT plan
+(``tensorrt_plan``).
+
+Only a graph whose every operator goes into one engine gets them
+(:func:`whole_model_export`): the pass's analysis (with the backend's own
+support rules) must leave no operator native and form one subgraph, and the
+export must be batch-dynamic, so that Triton's batcher can form any batch from
+1 to ``max_batch``. The ONNX model is the one the pass builds its engines from
+(weights inline below 1 KB, the rest in a ``.onnx.data`` file beside it). The
+plan is built by the TensorRT backend with the weights in it (not stripped),
+for the GPU of the machine that builds it: the model folder records that GPU's
+compute capability and TensorRT's version in ``mx_trt_plan.json``, and Triton
+can load the plan only on a GPU of the same compute capability with the same
+TensorRT release.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from mx_trt.build.backends import Backend, BuildOptions
+from mx_trt.errors import MxTrtError, ServeError
+from mx_trt.export.dynamic import SubgraphExporter
+from mx_trt.export.subgraph import ExportedSubgraph, save_model
+from mx_trt.passes.fuse import boundary
+from mx_trt.pipeline.plan import analyze
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.pipeline.weights import LazyWeights
+from mx_trt.serving.executors import TensorSpec
+from mx_trt.serving.repository import check_model_name, config_text
+from mx_trt.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+ONNX_FILE = "model.onnx"
+PLAN_FILE = "model.plan"
+PLAN_INFO = "mx_trt_plan.json"
+
+
+def whole_model_export(symbol: Any, params: Mapping[str, Any], inputs: Sequence[TensorSpec],
+                       outputs: Sequence[TensorSpec], max_batch: int, backend: Backend,
+                       settings: Optional[Settings] = None) -> Tuple[Optional[ExportedSubgraph], str]:
+    """The whole model as one batch-dynamic ONNX model (batch 1 to ``max_batch``), or ``None`` and why not.
+
+    The analysis is the pass's own for ``backend``; the ONNX names of the
+    inputs and outputs must be the model's, so that every variant of the model
+    has one interface.
+    """
+    settings = settings or Settings.from_env()
+    shapes = {t.name: (max_batch,) + t.dims for t in inputs}
+    try:
+        plan = analyze(BindRequest(symbol, shapes, dict(params), settings, backend,
+                                   type_dict={t.name: t.dtype for t in inputs}))
+    except MxTrtError as exc:
+        return None, f"the analysis failed: {exc}"
+    inside, total = plan.op_counts()
+    subgraphs = plan.partition.subgraphs
+    if inside != total or len(subgraphs) != 1:
+        return None, (f"{total - inside} of {total} operators stay native" if inside != total
+                      else f"the operators form {len(subgraphs)} subgraphs")
+    graph = plan.graph
+    absorbed = plan.absorbed_ids()
+    (sg,) = subgraphs
+    ins, outs = boundary(graph, sg.nodes, absorbed)
+    names = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs
+             if graph.nodes[e.node].is_variable and e.node in absorbed}
+    ranges = [(1, max_batch, max_batch)]
+    exporter = SubgraphExporter(symbol, shapes, params, graph, LazyWeights(params, names), settings.fp16, ranges)
+    try:
+        exported = exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges)
+    except MxTrtError as exc:
+        return None, f"the export failed: {exc}"
+    if not exported.batch_dim:
+        return None, "the ONNX model is not batch-dynamic (see the log), so Triton could not batch it"
+    want_in, want_out = [t.name for t in inputs], [t.name for t in outputs]
+    if list(exported.input_names) != want_in or list(exported.output_names) != want_out:
+        return None, (f"the ONNX names {list(exported.input_names)} -> {list(exported.output_names)} differ from the "
+                      f"model's {want_in} -> {want_out}")
+    return exported, ""
+
+
+def _model_dir(repo: str, name: str) -> str:
+    folder = os.path.join(repo, check_model_name(name))
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    os.makedirs(os.path.join(folder, "1"))
+    return folder
+
+
+def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
+                     outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int) -> str:
+    """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``); returns the folder.
+
+    Raises:
+        ServeError: the folder cannot be written.
+    """
+    try:
+        folder = _model_dir(repo, name)
+        save_model(exported, os.path.join(folder, "1", ONNX_FILE))
+        with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances,
+                                platform="onnxruntime_onnx"))
+    except OSError as exc:
+        raise ServeError(f"cannot write the ONNX model {name!r} into {repo}: {exc}") from exc
+    return folder
+
+
+def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
+                     outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int,
+                     backend: Any, device_id: int = 0) -> str:
+    """Build a TensorRT plan (batch 1 to ``max_batch``, weights in it) and write ``repo/name`` for
+    ``platform: "tensorrt_plan"``; returns the folder.
+
+    Raises:
+        EngineBuildError, BackendUnavailableError: the plan cannot be built here.
+        ServeError: the folder cannot be written.
+    """
+    engine = backend.build(exported, BuildOptions(device_id=device_id, name=name, extra={
+        "batch_ranges": [(1, max_batch, max_batch)], "strip_weights": False}))
+    plan = bytes(engine.plan)
+    info = {"backend": backend.version(), "device": backend.device_signature(device_id), "max_batch": max_batch,
+            "bytes": len(plan)}
+    try:
+        folder = _model_dir(repo, name)
+        with open(os.path.join(folder, "1", PLAN_FILE), "wb") as f:
+            f.write(plan)
+        with open(os.path.join(folder, "1", PLAN_INFO), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+        with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
+            f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances, "KIND_GPU",
+                                platform="tensorrt_plan", gpus=[device_id]))
+    except OSError as exc:
+        raise ServeError(f"cannot write the TensorRT model {name!r} into {repo}: {exc}") from exc
+    logger.info("wrote %s: a %s plan for %s", folder, info["backend"], info["device"])
+    return folder
+
+
+def variants_note(written: List[str], skipped: List[str]) -> str:
+    """One line per variant written or skipped, for the CLI."""
+    return "\n".join([f"  wrote {w}" for w in written] + [f"  not written: {s}" for s in skipped])

@@ -48,3 +48,11 @@ class GraphImportError(MxTrtError):
 
 class ExportError(MxTrtError):
     """An export folder (``mxtrt export``, :func:`mx_trt.load`) cannot be written, or is missing, damaged or unreadable."""
+
+
+class CalibrationError(MxTrtError):
+    """INT8 was asked for without a usable calibration table: none given, unreadable, damaged, or made for another graph.
+
+    An explicit request that cannot be honoured: the bind raises it whether or not
+    ``MXNET_TENSORRT_STRICT`` is set, rather than run in another precision.
+    """

@@ -19,6 +19,7 @@ from mx_trt.artifacts import export_model, load
 from mx_trt.errors import (
     BackendUnavailableError,
     CacheError,
+    CalibrationError,
     ConversionError,
     EngineBuildError,
     EngineRunError,
@@ -28,6 +29,7 @@ from mx_trt.errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from mx_trt.export.calibration import CalibrationTable, load_table
 from mx_trt.export.converters.user import register_converter, unregister_converter
 from mx_trt.export.plugins import HostFunction, register_plugin, unregister_plugin
 from mx_trt.frontends import gluon as _gluon
@@ -49,13 +51,14 @@ from mx_trt.frontends.contrib import (
     tensorrt_bind,
 )
 from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated_simple_bind
+from mx_trt.quantize import calibrate
 
 __all__ = [
     "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
-    "register_plugin", "unregister_plugin", "HostFunction",
-    "BackendUnavailableError", "CacheError", "ConversionError", "EngineBuildError", "EngineRunError",
+    "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
+    "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
 ]
 

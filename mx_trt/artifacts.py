@@ -207,6 +207,7 @@ def export_model(
         "device_type": ctx.device_type,
         "device": backend.device_signature(device_id),
         "fp16": bool(settings.fp16),
+        "precision": settings.precision,
         "inputs": {k: list(v) for k, v in shapes.items()},
         "symbol": SYMBOL_FILE,
         "params": PARAMS_FILE,

@@ -52,3 +52,11 @@ class ExportError(MxTrtError):
 
 class ServeError(MxTrtError):
     """A model cannot be served: the serving extra is missing, the interpreter does not fit Triton, or the server failed."""
+
+
+class CalibrationError(MxTrtError):
+    """INT8 was asked for without a usable calibration table: none given, unreadable, damaged, or made for another graph.
+
+    An explicit request that cannot be honoured: the bind raises it whether or not
+    ``MXNET_TENSORRT_STRICT`` is set, rather than run in another precision.
+    """

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from mx_trt.errors import MxTrtError
+from mx_trt.errors import CalibrationError, MxTrtError
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +210,15 @@ class Settings:
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
         cache_dir: The plan cache folder; ``None`` reads ``MXNET_TENSORRT_CACHE_DIR``,
             ``""`` disables the cache.
+        int8: Build INT8 engines (``MXNET_TENSORRT_PRECISION=int8``): explicit Q/DQ
+            from a calibration table; never together with ``fp16``.
+        calibration: The calibration table of int8 binds: a path (``MXNET_TENSORRT_CALIBRATION``)
+            or a :class:`~mx_trt.export.calibration.CalibrationTable`; ``None`` with ``int8``
+            is a :class:`~mx_trt.errors.CalibrationError` at bind.
+        int8_exclude_ops / int8_exclude_nodes: MXNet operator names / node names kept in
+            float inside int8 engines (``MXNET_TENSORRT_INT8_EXCLUDE_OPS`` / ``_NODES``).
+        int8_keep_output_layer: Keep the last classifier layer(s) in float
+            (``MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER``).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -221,13 +230,25 @@ class Settings:
     strict: bool = False
     engine_rule: str = "cost"
     cache_dir: Optional[str] = None
+    int8: bool = False
+    calibration: Any = None
+    int8_exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
+    int8_exclude_nodes: FrozenSet[str] = field(default_factory=frozenset)
+    int8_keep_output_layer: bool = False
+
+    @property
+    def precision(self) -> str:
+        """``int8``, ``fp16`` or ``fp32``."""
+        return "int8" if self.int8 else "fp16" if self.fp16 else "fp32"
 
     @classmethod
     def from_env(cls) -> "Settings":
         """The settings of one bind, from the environment.
 
         Every variable is checked here, including those a backend or the exporter
-        reads later, so that a bad value stops the bind before any work.
+        reads later, so that a bad value stops the bind before any work. Whether
+        int8 has its calibration table is checked once explicit options are applied
+        (:meth:`check_int8`, called by :meth:`with_options` and the front-ends).
 
         Raises:
             MxTrtError: a variable has a bad value (the message names it and what is allowed).
@@ -239,16 +260,34 @@ class Settings:
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         # An unknown name is the backend selection's error (BackendUnavailableError, raised at bind).
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip().lower() or None
+        precision = _env_choice("MXNET_TENSORRT_PRECISION", "", ("fp32", "fp16", "int8"))
+        fp16 = get_use_fp16()
+        if precision == "int8" and fp16:
+            raise MxTrtError("MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are "
+                             "both set: int8 engines keep their float layers in fp32; ask for one precision")
+        if precision:
+            fp16 = precision == "fp16"
         return cls(
             exclude_ops=frozenset(x.strip() for x in excl.split(",") if x.strip()),
             min_subgraph_size=env_int("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", 1, 1, INT32_MAX),
             backend=backend,
-            fp16=get_use_fp16(),
+            fp16=fp16,
             max_batch_size=env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0, INT32_MAX) or None,
             profiles=get_optimization_profiles(),
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
             engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),
+            int8=precision == "int8",
+            calibration=os.environ.get("MXNET_TENSORRT_CALIBRATION", "").strip() or None,
+            int8_exclude_ops=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_OPS"),
+            int8_exclude_nodes=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_NODES"),
+            int8_keep_output_layer=_env_bool("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", False),
         )
+
+    def check_int8(self) -> None:
+        """Raise :class:`~mx_trt.errors.CalibrationError` when int8 is asked for without a calibration table."""
+        if self.int8 and self.calibration is None:
+            raise CalibrationError("int8 engines need a calibration table: set MXNET_TENSORRT_CALIBRATION (or the "
+                                   "calibration option) to a table written by mx_trt.calibrate")
 
     def with_options(self, options: Mapping[str, Any], where: str = "backend options") -> "Settings":
         """These settings with explicit options applied (an explicit option wins over the environment).
@@ -269,8 +308,15 @@ class Settings:
                 field_name, parsed = parse(value)
             except (TypeError, ValueError) as exc:
                 raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
-            changes[field_name] = parsed
-        return dataclasses.replace(self, **changes)
+            if field_name == "precision":  # one precision: int8, fp16 or fp32
+                changes.update(int8=parsed == "int8", fp16=parsed == "fp16")
+            elif field_name == "fp16" and parsed:
+                changes.update(fp16=True, int8=False)
+            else:
+                changes[field_name] = parsed
+        out = dataclasses.replace(self, **changes)
+        out.check_int8()
+        return out
 
 
 def _check_advisory() -> None:
@@ -331,10 +377,35 @@ def _opt_int(field_name: str, minimum: int) -> Callable[[Any], Tuple[str, Option
     return parse
 
 
-def _opt_precision(v: Any) -> Tuple[str, bool]:
-    if not isinstance(v, str) or v.strip().lower() not in ("fp16", "fp32", "float16", "float32"):
-        raise ValueError("expected 'fp16' or 'fp32'")
-    return "fp16", v.strip().lower() in ("fp16", "float16")
+_PRECISIONS = {"fp16": "fp16", "float16": "fp16", "fp32": "fp32", "float32": "fp32", "int8": "int8"}
+
+
+def _opt_precision(v: Any) -> Tuple[str, str]:
+    if not isinstance(v, str) or v.strip().lower() not in _PRECISIONS:
+        raise ValueError("expected 'fp32', 'fp16' or 'int8'")
+    return "precision", _PRECISIONS[v.strip().lower()]
+
+
+def _opt_names(field_name: str) -> Callable[[Any], Tuple[str, FrozenSet[str]]]:
+    def parse(v: Any) -> Tuple[str, FrozenSet[str]]:
+        items = v.split(",") if isinstance(v, str) else list(v)
+        if not all(isinstance(x, str) for x in items):
+            raise ValueError("expected names (a list, or one comma-separated string)")
+        return field_name, frozenset(x.strip() for x in items if x.strip())
+    return parse
+
+
+def _opt_calibration(v: Any) -> Tuple[str, Any]:
+    """A path, or a calibration table object (anything with ``graph_digest`` and ``ranges``)."""
+    if isinstance(v, (str, os.PathLike)) and os.fspath(v).strip():
+        return "calibration", os.fspath(v)
+    if hasattr(v, "graph_digest") and hasattr(v, "ranges"):
+        return "calibration", v
+    raise ValueError("expected the path of a calibration table or a CalibrationTable")
+
+
+def _env_names(name: str) -> FrozenSet[str]:
+    return frozenset(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
 
 
 def _opt_ops(v: Any) -> Tuple[str, FrozenSet[str]]:
@@ -379,4 +450,8 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "backend": _opt_choice("backend", ("onnxruntime", "tensorrt", "tensorrt_rtx")),
     "strict": _opt_bool("strict"),
     "cache_dir": _opt_str("cache_dir"),
+    "calibration": _opt_calibration,
+    "int8_exclude_ops": _opt_names("int8_exclude_ops"),
+    "int8_exclude_nodes": _opt_names("int8_exclude_nodes"),
+    "int8_keep_output_layer": _opt_bool("int8_keep_output_layer"),
 }

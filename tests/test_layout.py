@@ -35,6 +35,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt.runtime",),
     ("mx_trt.pipeline",),
     ("mx_trt.frontends",),
+    ("mx_trt.quantize",),
     ("mx_trt.artifacts",),
     ("mx_trt.serving",),
     ("mx_trt.tools",),

@@ -73,7 +73,9 @@ class SubgraphJob:
         nodes: The subgraph's operator nodes.
         inputs / outputs: Boundary entries.
         weight_digests: Digest (:func:`mx_trt.pipeline.weights.digest`) per weight name consumed inside.
-        fp16: Precision.
+        fp16: Precision (fp16 or not).
+        precision: ``fp32``, ``fp16`` or ``int8`` (empty: from ``fp16``).
+        calibration: For int8, a digest of the calibration table and the exclusions (in the cache key).
         batch_ranges: Requested batch profiles, empty for static.
         export: Callable producing the exported subgraph (bound shapes, batch
             dimension symbolic when ``batch_ranges`` and the export allows it).
@@ -96,6 +98,8 @@ class SubgraphJob:
     export: Callable[[], ExportedSubgraph]
     initializers: Optional[Callable[[], Dict[str, Any]]] = None
     weight_views: Optional[Callable[[Sequence[str]], Dict[str, Any]]] = None
+    precision: str = ""
+    calibration: str = ""
 
     def canonical(self, batch_symbolic: bool) -> Dict[str, Any]:
         g = self.graph
@@ -261,10 +265,12 @@ class EngineProvider:
             "format": KEY_FORMAT,
             "converters": converter_fingerprint(),
             "subgraph": job.canonical(batch_symbolic=bool(job.batch_ranges)),
-            "precision": "fp16" if job.fp16 else "fp32",
+            "precision": job.precision or ("fp16" if job.fp16 else "fp32"),
             "backend": self.backend.version(),
             "device": self.backend.device_signature(self.device_id),
         }
+        if job.calibration:
+            parts["calibration"] = job.calibration
         users = user_fingerprint((job.graph.nodes[n].op, job.graph.nodes[n].attrs) for n in job.nodes)
         if users:  # the user converters it uses: their identity, version and code
             parts["user_converters"] = users
@@ -294,6 +300,8 @@ class EngineProvider:
                             extra={"batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
             opts.extra["progress"] = self.progress
+        if job.precision == "int8":
+            opts.extra["int8"] = True  # explicit Q/DQ: weakly typed TensorRT networks need the INT8 flag
         if job.initializers is not None:
             opts.extra["weights"] = job.initializers
         if job.weight_views is not None:

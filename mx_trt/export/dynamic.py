@@ -13,10 +13,13 @@ so parsers know they are equal). Otherwise the engine is static, with a log line
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt.export.int8 import Int8Report, Int8Style, quantize_int8
+from mx_trt.export.calibration import TensorRange
 from mx_trt.export.precision import to_fp16
 from mx_trt.export.subgraph import ExportedSubgraph, export_subgraph, initializer_arrays
 from mx_trt.graph.importer import infer_shapes
@@ -68,6 +71,21 @@ def make_batch_dynamic(exported: ExportedSubgraph, name: str = BATCH_DIM) -> Non
     exported.batch_dim = name
 
 
+@dataclass(frozen=True)
+class Int8Export:
+    """What an int8 export needs besides the subgraph.
+
+    Attributes:
+        ranges: Calibrated range per tensor name (:meth:`CalibrationTable.ranges`).
+        style: The backend's form of Q/DQ graphs.
+        exclude: MXNet node name -> why it stays in float (the settings' exclusions).
+    """
+
+    ranges: Mapping[str, TensorRange]
+    style: Int8Style
+    exclude: Mapping[str, str] = field(default_factory=dict)
+
+
 class SubgraphExporter:
     """Exports subgraphs of one bind, batch-dynamic where the export allows it.
 
@@ -76,7 +94,8 @@ class SubgraphExporter:
     """
 
     def __init__(self, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Mapping[str, Any],
-                 graph: Graph, weights: Mapping[str, np.ndarray], fp16: bool, ranges: Sequence[BatchRange]) -> None:
+                 graph: Graph, weights: Mapping[str, np.ndarray], fp16: bool, ranges: Sequence[BatchRange],
+                 int8: Optional[Int8Export] = None) -> None:
         """
         Args:
             sym: The bound MXNet symbol (shape inference at other batch sizes).
@@ -86,6 +105,7 @@ class SubgraphExporter:
             weights: Weights by name as numpy arrays, read on export.
             fp16: Export in half precision.
             ranges: The batch profiles asked for; empty for static engines.
+            int8: Export with INT8 Q/DQ (:mod:`mx_trt.export.int8`); ``None`` for float.
         """
         self.sym = sym
         self.shapes = dict(shapes)
@@ -94,6 +114,9 @@ class SubgraphExporter:
         self.weights = weights
         self.fp16 = fp16
         self.ranges = list(ranges)
+        self.int8 = int8
+        #: Subgraph name -> what its last int8 export quantized.
+        self.int8_reports: Dict[str, Int8Report] = {}
         self._graphs: Dict[int, Graph] = {}
 
     def graph_at(self, batch: int) -> Graph:
@@ -125,9 +148,7 @@ class SubgraphExporter:
         arrays (no copy); converted ones (fp16, folded constants) are new arrays.
         """
         ex = export_subgraph(graph or self.graph, nodes, inputs, outputs, self.weights, name=name)
-        if self.fp16:
-            ex = to_fp16(ex)
-        return initializer_arrays(ex)
+        return initializer_arrays(self._precision(name, ex))
 
     def export(self, name: str, nodes: Sequence[int], inputs: Sequence[Entry], outputs: Sequence[Entry],
                graph: Optional[Graph] = None, ranges: Optional[Sequence[BatchRange]] = None) -> ExportedSubgraph:
@@ -150,6 +171,19 @@ class SubgraphExporter:
                 make_batch_dynamic(ex)
             else:
                 logger.info("%s: static engine at batch %s, not batch-dynamic: %s", name, batch, why)
+        return self._precision(name, ex)
+
+    def _precision(self, name: str, ex: ExportedSubgraph) -> ExportedSubgraph:
+        """The export in the precision asked for: fp16, int8 (Q/DQ), or as it is."""
         if self.fp16:
-            ex = to_fp16(ex)
+            return to_fp16(ex)
+        if self.int8 is not None:
+            ex, report = quantize_int8(ex, self.int8.ranges, self.int8.style, self.int8.exclude)
+            if name not in self.int8_reports:
+                # A range missing from the table means calibration saw other subgraphs (other options).
+                uncovered = any(why.startswith("no calibrated range") for why in report.kept_float.values())
+                (logger.warning if uncovered else logger.info)(
+                    "%s: int8: %s%s", name, report.summary(),
+                    "; calibrate with the options of this bind to quantize them" if uncovered else "")
+            self.int8_reports[name] = report
         return ex

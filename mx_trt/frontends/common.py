@@ -4,16 +4,20 @@ The rule of every front-end: whatever stops the pass costs one warning naming
 the cause, and the user's call then runs natively. With
 ``MXNET_TENSORRT_STRICT=1`` (or the ``strict`` option) the error is raised instead.
 A backend forced by name (``MXNET_TENSORRT_BACKEND`` or the ``backend``
-option) that is missing is always an error.
+option) that is missing is always an error, and so is INT8 asked for without a
+usable calibration table (:class:`~mx_trt.errors.CalibrationError`): an explicit
+request that cannot be honoured is never answered in another precision.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Callable, List, Mapping, Optional, TypeVar
+import threading
+from typing import Any, Callable, Iterator, List, Mapping, Optional, TypeVar
 
 from mx_trt.build.backends import Backend, select_backend
-from mx_trt.errors import BackendUnavailableError, MxTrtError
+from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -30,14 +34,35 @@ def strict_env() -> bool:
     return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+_scoped = threading.local()
+
+
+@contextlib.contextmanager
+def scoped_options(options: Mapping[str, Any]) -> Iterator[None]:
+    """Explicit options for the binds inside this block, in this thread (``tensorrt_bind``'s keywords).
+
+    Options given to a call itself win over these.
+    """
+    prev = getattr(_scoped, "options", None)
+    _scoped.options = {**(prev or {}), **options}
+    try:
+        yield
+    finally:
+        _scoped.options = prev
+
+
 def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "backend options") -> Settings:
-    """The settings of one call: the environment, then explicit options (which win).
+    """The settings of one call: the environment, then scoped options, then explicit options (which win).
 
     Raises:
+        CalibrationError: int8 asked for without a calibration table.
         MxTrtError: an environment value or an option is not allowed (the message names it).
     """
     settings = Settings.from_env()
-    return settings.with_options(options, where) if options else settings
+    merged = {**(getattr(_scoped, "options", None) or {}), **(options or {})}
+    settings = settings.with_options(merged, where) if merged else settings
+    settings.check_int8()
+    return settings
 
 
 def call_backend(ctx: Any, settings: Settings) -> Backend:
@@ -82,6 +107,7 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
 
     Raises:
         BackendUnavailableError: a backend forced by name is missing.
+        CalibrationError: int8 was asked for without a usable calibration table.
         Exception: whatever ``accelerated`` raised, when strict (a :class:`NativeFallback` never).
     """
     tail = fallback or f"{what} runs natively"
@@ -89,6 +115,8 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
         return accelerated()
     except NativeFallback as exc:
         logger.warning("%s %s: %s", prefix, exc, tail)
+    except CalibrationError:
+        raise
     except BackendUnavailableError as exc:
         if _forced_backend(options) or _strict(options):
             raise

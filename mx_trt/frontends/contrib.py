@@ -11,7 +11,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mx_trt.errors import MxTrtError
 from mx_trt.frontends import gluon, hook, module, symbol
-from mx_trt.settings import get_optimization_profiles, get_use_fp16, set_optimization_profiles, set_use_fp16
+from mx_trt.frontends.common import scoped_options
+from mx_trt.settings import OPTIONS, get_optimization_profiles, get_use_fp16, set_optimization_profiles, set_use_fp16
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +43,17 @@ def tensorrt_bind(symbol: Any, ctx: Any, all_params: Mapping[str, Any], type_dic
         ctx: The context (``mx.cpu()``, ``mx.gpu(i)``).
         all_params: The merged ``arg_params`` and ``aux_params``.
         type_dict, stype_dict, group2ctx: As for ``simple_bind``.
-        **kwargs: Input shapes, as for ``simple_bind``.
+        **kwargs: Input shapes, as for ``simple_bind``, and options of this bind
+            (:data:`mx_trt.settings.OPTIONS`: ``precision="int8"``, ``calibration=``,
+            ``max_batch_size``, ...), which win over the environment.
 
     Returns:
         The executor.
     """
     hook.install()
-    with hook.forced():
+    # A keyword is a shape only if its value is a tuple (as MXNet reads them); options are the others.
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS and not isinstance(kwargs[k], tuple)}
+    with hook.forced(), scoped_options(options):
         return symbol.simple_bind(ctx, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
                                   shared_buffer=dict(all_params), grad_req="null", **kwargs)
 

@@ -290,3 +290,33 @@ def graph_to_json(graph: Graph, extra_attrs: Optional[Mapping[int, Mapping[str, 
         "attrs": {"mxnet_version": ["int", 10901]},
     }
     return json.dumps(doc)
+
+
+def entries_symbol(sym: Any, graph: Graph, entries: List[Entry]) -> Any:
+    """One MXNet symbol whose outputs are the values of ``entries`` of ``graph`` (the import of ``sym``), in order.
+
+    Binding it runs MXNet's own operators up to those tensors (calibration, checks
+    against native values). Nodes are matched by the unique names the import gave
+    them, so graphs with repeated node names work too. O(V).
+
+    Raises:
+        GraphImportError: an entry is a variable, or not an output of ``sym``.
+    """
+    import mxnet as mx
+
+    usym, _, _ = _with_unique_names(sym)
+    internals = usym.get_internals()
+    index: Dict[Tuple[str, int], int] = {}
+    seen: Dict[str, int] = {}
+    for i, nm in enumerate(_output_owners(internals)):
+        k = seen.get(nm, 0)
+        seen[nm] = k + 1
+        index[(nm, k)] = i
+    picked = []
+    for e in entries:
+        node = graph.nodes[e.node]
+        pos = index.get((node.name, e.index))
+        if node.is_variable or pos is None:
+            raise GraphImportError(f"output {e.index} of node {node.name!r} is not an operator output of the symbol")
+        picked.append(internals[pos])
+    return mx.sym.Group(picked)

@@ -33,6 +33,7 @@ from mx_trt.graph.importer import graph_to_json
 from mx_trt.passes.fuse import FuseResult, boundary, fuse
 from mx_trt.passes.ir import Entry, Graph
 from mx_trt.passes.partition import Subgraph
+from mx_trt.pipeline.int8 import Int8Setup, int8_setup
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
@@ -140,6 +141,7 @@ def optimize(request: BindRequest) -> BindInfo:
     plan = analyze(request)
     graph = plan.graph
     timings["analyze"] = time.perf_counter() - t0
+    int8 = int8_setup(plan, settings, backend)  # CalibrationError: no usable table for this graph
     absorbed_ids = plan.absorbed_ids()
 
     # Weights of nodes inside engines, as numpy and digested, once.
@@ -160,7 +162,8 @@ def optimize(request: BindRequest) -> BindInfo:
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
     provider = EngineProvider(backend, request.device_id, cache, progress.phase)
-    exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges)
+    exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges,
+                                int8.export if int8 is not None else None)
     built: List[Tuple[Subgraph, FusedEngine]] = []
     failures: Dict[str, str] = {}
     for k, sg in enumerate(subgraphs):
@@ -168,7 +171,7 @@ def optimize(request: BindRequest) -> BindInfo:
         progress.start(k, sg.name, len(sg.nodes))
         logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
                     k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
-        job = _job(sg, graph, ins, outs, digests_all, settings.fp16, ranges, exporter)
+        job = _job(sg, graph, ins, outs, digests_all, settings, int8, ranges, exporter)
         try:
             engine, source = provider.get(job)
         except MxTrtError as exc:
@@ -183,7 +186,7 @@ def optimize(request: BindRequest) -> BindInfo:
         # executor.reshape to a batch this engine does not take builds one for it (static, or
         # over a widened profile when profiles were asked for).
         fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings,
-                                   ranges if engine.batch_ranges else [], digests_all)
+                                   ranges if engine.batch_ranges else [], digests_all, int8)
         if not ranges:
             fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
         built.append((sg, fused))
@@ -299,10 +302,11 @@ def _engine_cache(settings: Settings) -> Any:
 
 
 def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],
-         fp16: bool, ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
+         settings: Settings, int8: Optional[Int8Setup], ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
     used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
     return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
-                       weight_digests={k: v for k, v in digests.items() if k in used}, fp16=fp16, batch_ranges=ranges,
+                       weight_digests={k: v for k, v in digests.items() if k in used}, fp16=settings.fp16,
+                       precision=settings.precision, calibration=int8.key if int8 is not None else "", batch_ranges=ranges,
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
                        weight_views=exporter.weight_views)
@@ -327,9 +331,10 @@ class _Rebuilder:
     """
 
     def __init__(self, exporter: SubgraphExporter, provider: EngineProvider, sg: Subgraph, absorbed: Set[int],
-                 settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str]) -> None:
+                 settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str],
+                 int8: Optional[Int8Setup] = None) -> None:
         self.exporter, self.provider, self.sg, self.absorbed = exporter, provider, sg, absorbed
-        self.settings, self.ranges, self.digests = settings, list(ranges), digests
+        self.settings, self.ranges, self.digests, self.int8 = settings, list(ranges), digests, int8
 
     def __call__(self, batch: int) -> Tuple[Any, str]:
         ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))] if self.ranges else []
@@ -340,7 +345,7 @@ class _Rebuilder:
         except Exception as exc:  # MXNet refuses the batch (a shape fixed in the graph)
             raise ShapeError(f"{self.sg.name}: MXNet cannot infer the graph's shapes at batch {batch}: {exc}") from exc
         ins, outs = boundary(graph, self.sg.nodes, self.absorbed)
-        job = _job(self.sg, graph, ins, outs, self.digests, self.settings.fp16, ranges, self.exporter)
+        job = _job(self.sg, graph, ins, outs, self.digests, self.settings, self.int8, ranges, self.exporter)
         for name, baked in sorted(job.weight_digests.items()):
             # The export reads the caller's arrays now: they must still hold what the bind baked in.
             if digest_of(self.exporter.params[name]) != baked:

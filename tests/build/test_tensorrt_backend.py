@@ -916,3 +916,25 @@ def test_gpu_engine_built_here_runs_through_a_runner():
     runner.run([Buffer(data_ptr(x), (2, 3, 8, 8), "float32", 0)], [Buffer(data_ptr(y), (2, 5), "float32", 0)])
     np.testing.assert_allclose(y.asnumpy(), ref, rtol=GPU_RTOL, atol=GPU_ATOL)
     runner.close()
+
+
+def test_int8_flag_only_for_weakly_typed_networks():
+    """Strongly typed networks read INT8 from their Q/DQ pairs; weakly typed ones need the INT8 builder flag."""
+    import types as pytypes
+
+    from mx_trt.build.backends.base import BuildOptions
+    from mx_trt.build.backends.tensorrt.builder import _config
+
+    class Config:
+        def __init__(self):
+            self.flags = []
+
+        def set_flag(self, flag):
+            self.flags.append(flag)
+
+    mod = pytypes.SimpleNamespace(BuilderFlag=pytypes.SimpleNamespace(FP16="FP16", INT8="INT8"))
+    builder = pytypes.SimpleNamespace(create_builder_config=Config)
+    for int8, fp16, strongly, want in ((True, False, False, ["INT8"]), (True, False, True, []), (False, True, False, ["FP16"]),
+                                       (False, False, False, [])):
+        opts = BuildOptions(fp16=fp16, name="s", extra={"int8": True} if int8 else {})
+        assert _config(mod, builder, opts, [], strongly, None, "TensorRT").flags == want, (int8, fp16, strongly)

@@ -6,7 +6,11 @@ without one. For every model the suite accelerates -- the 34 architectures of
 ``tests/pipeline/test_bind.py`` -- the gate runs mx_trt's own analysis and export for
 each subgraph, exactly as a bind does (batch-dynamic where the export allows
 it, with the profile min 1 / opt 1 / max 4; static otherwise), then parses and
-builds an engine. The fp16 leg does the same with fp16 graphs.
+builds an engine. The fp16 leg does the same with fp16 graphs. The int8 leg
+builds the INT8 graphs (TensorRT's Q/DQ form, tables from ``mx_trt.calibrate``)
+of nine vision models at small inputs; TensorRT-RTX 1.7's builder accepted
+every pattern they hold (per-channel weight DQ on Conv and Gemm, activation Q/DQ,
+the residual add's shortcut, BatchNorm folded), so no rejection is recorded.
 
 A failure names the model, the subgraph, the ONNX node with its op, and the
 MXNet node (with its op and attributes) that the parser or builder rejected.
@@ -32,7 +36,7 @@ import logging
 import re
 import time
 import types
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -47,7 +51,8 @@ from mx_trt.build.backends.tensorrt.refit import refit_engine, weight_stats
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.errors import EngineBuildError, EngineRunError, MxTrtError
-from mx_trt.export.dynamic import SubgraphExporter
+from mx_trt.export.calibration import CalibrationTable
+from mx_trt.export.dynamic import Int8Export, SubgraphExporter
 from mx_trt.settings import Settings
 from mx_trt.passes.fuse import boundary
 from tests import userops
@@ -87,30 +92,36 @@ def _explain(message: str, graph: Any) -> str:
 
 
 def gate(model: str, sym: Any, shapes: Mapping[str, Tuple[int, ...]], params: Mapping[str, Any],
-         backend: TensorRTRTXBackend, fp16: bool) -> Dict[str, Any]:
+         backend: TensorRTRTXBackend, fp16: bool, int8: Optional[CalibrationTable] = None) -> Dict[str, Any]:
     """Export and build every subgraph of one model; fail naming what TensorRT-RTX rejected.
 
+    With ``int8`` (a calibration table of the model), the subgraphs are exported
+    with INT8 Q/DQ in TensorRT's form, as an int8 bind on TensorRT would.
+
     Returns:
-        Counts and times, for the log.
+        Counts and times, for the log (``qdq``: QuantizeLinear/DequantizeLinear nodes built).
     """
     t0 = time.perf_counter()
     plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), backend))
     graph = plan.graph
     absorbed = plan.absorbed_ids()
     weights = {n.name: params[n.name].asnumpy() for n in graph.nodes if n.is_variable and n.id in absorbed}
-    exporter = SubgraphExporter(sym, shapes, params, graph, weights, fp16, [BATCH_RANGE])
+    q = Int8Export(int8.ranges(graph), backend.int8_style) if int8 is not None else None
+    exporter = SubgraphExporter(sym, shapes, params, graph, weights, fp16, [BATCH_RANGE], q)
     failures: List[str] = []
-    stats = {"subgraphs": 0, "dynamic": 0, "static": 0, "stripped": 0, "build_s": 0.0}
+    stats = {"subgraphs": 0, "dynamic": 0, "static": 0, "stripped": 0, "build_s": 0.0, "qdq": 0}
+    precision = "int8" if int8 is not None else "fp16" if fp16 else "fp32"
     for sg in plan.partition.subgraphs:
         ins, outs = boundary(graph, sg.nodes, absorbed)
         ops = ", ".join(sorted({graph.nodes[i].op for i in sg.nodes}))
-        where = f"{model} ({'fp16' if fp16 else 'fp32'}): subgraph {sg.name} ({len(sg.nodes)} ops: {ops})"
+        where = f"{model} ({precision}): subgraph {sg.name} ({len(sg.nodes)} ops: {ops})"
         try:
             exported = exporter.export(sg.name, sg.nodes, ins, outs)
         except MxTrtError as exc:
             failures.append(f"{where}: export failed: {_explain(str(exc), graph)}")
             continue
         dynamic = bool(getattr(exported, "batch_dim", None))
+        stats["qdq"] += sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in exported.model.graph.node)
         t1 = time.perf_counter()
         try:
             engine = backend.build(exported, BuildOptions(name=sg.name, fp16=fp16,
@@ -142,6 +153,28 @@ def test_zoo_model_builds(name, fp16, backend):
     sym, args, aux, size = zoo_model(name)
     stats = gate(name, sym, {"data": (1, 3, size, size)}, {**args, **aux}, backend, fp16)
     assert stats["subgraphs"] >= 1
+
+
+#: Vision models whose INT8 subgraphs the gate builds, at a small input (the Q/DQ patterns:
+#: plain and grouped/depthwise convolutions, residual adds, concatenations, the classifier).
+INT8_ZOO = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenetv2_0.25": 64, "squeezenet1.1": 224, "mobilenet0.25": 64,
+            "resnet50_v2": 64, "densenet121": 224, "inceptionv3": 299, "alexnet": 224}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(INT8_ZOO))
+def test_zoo_model_builds_int8(name, backend):
+    """Every int8 subgraph parses and builds; the Q/DQ pairs are in the graphs built."""
+    import mx_trt
+
+    sym, args, aux, _ = zoo_model(name)
+    size = INT8_ZOO[name]
+    rng = np.random.RandomState(0)
+    batches = [rng.uniform(-1, 1, (2, 3, size, size)).astype("float32")]
+    table = mx_trt.calibrate(sym, (args, aux), batches, method="minmax", progress=False, backend="tensorrt_rtx")
+    assert table.tensors, f"{name}: nothing calibrated"
+    stats = gate(name, sym, {"data": (1, 3, size, size)}, {**args, **aux}, backend, False, int8=table)
+    assert stats["subgraphs"] >= 1 and stats["qdq"] > 0, stats
 
 
 # GluonCV and GluonNLP models (tests/models/thirdparty.py), with the shipped engine rule.

@@ -19,6 +19,8 @@ BAD = [
     ("MXNET_TENSORRT_ORT_THREADS", "-2", "between 0 and 1024"),
     ("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "two", "expected an integer"),
     ("MXNET_TENSORRT_ENGINE_RULE", "sometimes", "expected one of cost, always"),
+    ("MXNET_TENSORRT_PRECISION", "bf16", "expected one of fp32, fp16, int8"),
+    ("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", "maybe", "expected 1 or 0"),
 ]
 
 
@@ -42,7 +44,8 @@ def test_a_bad_value_names_the_variable(var, value, allowed, monkeypatch, caplog
         _bind(monkeypatch)
 
 
-@pytest.mark.parametrize("var", ["MXNET_TENSORRT_ORT_THREADS", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE"])
+@pytest.mark.parametrize("var", ["MXNET_TENSORRT_ORT_THREADS", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE",
+                                 "MXNET_TENSORRT_PRECISION", "MXNET_TENSORRT_CALIBRATION"])
 def test_empty_means_the_default(var, monkeypatch):
     monkeypatch.setenv(var, " ")
     monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")

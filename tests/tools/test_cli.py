@@ -339,3 +339,40 @@ def test_load_rejects_a_corrupt_export(models, capsys, tmp_path):
         load(str(out), mx.cpu())
     with pytest.raises(MxTrtError, match="not an mx_trt export"):
         load(str(tmp_path), mx.cpu())
+
+
+def test_partition_and_build_show_each_subgraphs_precision(models, capsys, tmp_path):
+    import mx_trt
+
+    sym, args, aux = mx.model.load_checkpoint(models["net"], 3)
+    table = tmp_path / "cal.json"
+    x = np.random.RandomState(0).uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+    mx_trt.calibrate(sym, (args, aux), [x], method="minmax", out=table, progress=False)
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--precision", "int8", "--calibration", table, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [s["precision"] for s in data["subgraphs"]] == ["int8 (1 op(s) quantized)", "int8 (2 op(s) quantized)"]
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE)
+    lines = out.splitlines()
+    assert code == 0 and lines[3].split()[8] == "precision" and lines[5].split()[9] == "fp32", out  # MACs is 2 words
+    code, out, err = run(capsys, "build", models["net"], *SHAPE, "--precision", "int8", "--calibration", table,
+                         "--cache-dir", tmp_path / "plans")
+    assert code == 0, err
+    assert "precision: int8" in out.splitlines()[0]
+    assert "  trt_subgraph_0: int8 (1 op(s) quantized)" in out and "  trt_subgraph_1: int8 (2 op(s) quantized)" in out
+    np.save(tmp_path / "x.npy", x)  # verify on the calibration data: int8's tolerance
+    code, out, err = run(capsys, "verify", models["net"], *SHAPE, "--precision", "int8", "--calibration", table,
+                         "--input", tmp_path / "x.npy", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["precision"] == "int8" and data["rtol"] == 0.1 and data["pass"], out
+    assert 0.99 < data["outputs"][0]["cosine"] < 1 - 1e-9  # int8 numbers, within int8's tolerance
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--precision", "int8"], "int8 engines need a calibration table"),
+    (["--precision", "int8", "--calibration", "/nonexistent/t.json"], "does not exist"),
+    (["--fp16", "--precision", "int8", "--calibration", "t.json"], "ask for two precisions"),
+], ids=["no-table", "missing-file", "two-precisions"])
+def test_int8_without_a_usable_table_exit_2(models, capsys, argv, expect):
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, *argv)
+    assert code == 2 and err.count("\n") == 1 and expect in err, err

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import EngineBuildError, ShapeError
 from mx_trt.export.dynamic import BatchRange
+from mx_trt.export.int8 import TENSORRT_STYLE, Int8Style
 from mx_trt.export.spec import OpSpec
 
 Shape = Tuple[int, ...]
@@ -152,6 +153,9 @@ class Backend(abc.ABC):
 
     #: Registry name, as in ``MXNET_TENSORRT_BACKEND``.
     name: str = ""
+    #: The form of INT8 graphs this backend runs (the calibration table is the same for all):
+    #: TensorRT's symmetric int8 unless a backend says otherwise.
+    int8_style: Int8Style = TENSORRT_STYLE
     #: Element types (numpy names) this backend's engines hold, inside and at their
     #: inputs and outputs. A node with a tensor of another type stays native.
     tensor_dtypes: Tuple[str, ...] = ("float32", "float16")

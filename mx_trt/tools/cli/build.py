@@ -11,6 +11,7 @@ from typing import Any, Dict, List
 from mx_trt.build import engines
 from mx_trt.cache import ENV_DIR, EngineCache
 from mx_trt.errors import MxTrtError
+from mx_trt.pipeline.int8 import subgraph_precisions
 from mx_trt.settings import env_override
 from mx_trt.tools.cli.binding import bind_accelerated
 from mx_trt.tools.cli.checkpoint import load_model, resolve_shapes
@@ -82,19 +83,25 @@ def run(args: argparse.Namespace) -> int:
             t = time.perf_counter()
             exe, info = bind_accelerated(ckpt, bs, ctx, settings, backend)
             dt = time.perf_counter() - t
+            precisions = subgraph_precisions(info.plan, settings)
             rows.append({"batch": b, "engines": len(info.engines), "built": info.builds, "cached": info.loads,
-                         "failed": dict(info.native_failures), "seconds": dt})
+                         "failed": dict(info.native_failures), "seconds": dt,
+                         "precision": {name: p.describe() for name, p in precisions.items()
+                                       if name not in info.native_failures},
+                         "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float}})
             del exe, info
         engines.clear_pool()
     if args.json:
         print(json.dumps({"model": ckpt.prefix, "cache_dir": cache.directory, "backend": backend.name,
-                          "fp16": settings.fp16, "max_batch_size": settings.max_batch_size, "batches": rows}, indent=2))
+                          "fp16": settings.fp16, "precision": settings.precision, "max_batch_size": settings.max_batch_size, "batches": rows}, indent=2))
     else:
-        print(f"model: {ckpt.prefix}  backend: {backend.name}  plan cache: {cache.directory}"
+        print(f"model: {ckpt.prefix}  backend: {backend.name}  precision: {settings.precision}  plan cache: {cache.directory}"
               + (f"  dynamic batch up to {settings.max_batch_size}" if settings.max_batch_size else ""))
         for r in rows:
             print(f"batch {r['batch']}: {r['engines']} engine(s): {r['built']} built and stored, "
                   f"{r['cached']} already in the cache ({r['seconds']:.2f} s)")
+            for name, text in r["precision"].items():
+                print(f"  {name}: {text}")
             for name, why in r["failed"].items():
                 print(f"  {name} stays native: {why}")
     built = sum(r["built"] for r in rows)

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from mx_trt.errors import MxTrtError, ShapeError
+from mx_trt.errors import CalibrationError, MxTrtError, ShapeError
 from mx_trt.settings import env_override
 from mx_trt.tools.cli import bench, build, export, partition, serve, verify
 from mx_trt.tools.cli.checkpoint import mxnet_message
@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="import this first (registers your custom operators); repeatable")
     common.add_argument("--ctx", default="cpu", help="cpu (default), gpu or gpu:N")
     common.add_argument("--fp16", action="store_true", help="build fp16 engines (MXNET_TENSORRT_USE_FP16)")
+    common.add_argument("--precision", choices=("fp32", "fp16", "int8"), default=None,
+                        help="engine precision (MXNET_TENSORRT_PRECISION); int8 needs --calibration")
+    common.add_argument("--calibration", metavar="TABLE.json", default=None,
+                        help="calibration table of int8 engines, from mx_trt.calibrate (MXNET_TENSORRT_CALIBRATION)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
     common.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
@@ -71,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "  mxtrt verify PREFIX --shape data=1,3,224,224 [--input x.npz]\n"
                              "  mxtrt bench PREFIX --shape data=1,3,224,224 --batch 1,8,32 [--json]\n"
                              "  mxtrt build PREFIX --shape data=1,3,224,224 [--batch 1,8] [--cache-dir DIR]\n"
+                             "        [--precision int8 --calibration TABLE.json]\n"
                              "  mxtrt export PREFIX OUTDIR --shape data=1,3,224,224 [--triton]\n"
                              "  mxtrt serve PREFIX --shape data=1,3,224,224 [--max-batch 32] [--instances N]\n\n"
                              "MXNET_TENSORRT_* environment variables apply as at bind time.",
@@ -130,7 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with quiet_mxnet:
             return int(args.func(args))
-    except (UsageError, ShapeError) as exc:
+    except (UsageError, ShapeError, CalibrationError) as exc:  # bad input: exit 2
         print(f"mxtrt: error: {_one_line(exc)}", file=sys.stderr)
         if args.verbose >= 2:
             logger.debug("details", exc_info=True)

@@ -155,7 +155,7 @@ def settings_from_env(fp16: bool = False) -> Settings:
         settings = Settings.from_env()
     except MxTrtError as exc:
         raise UsageError(str(exc)) from None
-    return dataclasses.replace(settings, fp16=True) if fp16 else settings
+    return dataclasses.replace(settings, fp16=True, int8=False) if fp16 else settings
 
 
 def backend_for(ctx: Any, settings: Settings) -> Any:
@@ -192,6 +192,22 @@ def engine_setup(args: argparse.Namespace) -> Tuple[Settings, Any, Any]:
             backend for the context.
     """
     settings = settings_from_env(args.fp16)
+    chosen: Dict[str, Any] = {}
+    if getattr(args, "precision", None):
+        chosen["precision"] = args.precision
+    if getattr(args, "calibration", None):
+        chosen["calibration"] = args.calibration
+    if chosen:
+        if args.fp16 and chosen.get("precision", "fp16") != "fp16":
+            raise UsageError(f"--fp16 and --precision {chosen['precision']} ask for two precisions")
+        try:
+            settings = settings.with_options(chosen, "command line")
+        except MxTrtError as exc:
+            raise UsageError(str(exc).replace("calibration option", "--calibration option")) from None
+    try:
+        settings.check_int8()
+    except MxTrtError as exc:
+        raise UsageError(str(exc).replace("calibration option", "--calibration option")) from None
     max_batch = getattr(args, "max_batch", None)
     if max_batch is not None:
         settings = dataclasses.replace(settings, max_batch_size=max_batch)

@@ -8,6 +8,7 @@ import sys
 from typing import Any, Dict
 
 from mx_trt.export.converters import list_converters
+from mx_trt.pipeline.int8 import subgraph_precisions
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.tools.report import build_report, render_html, render_svg, render_table, report_to_json
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         plan, failures = info.plan, dict(info.native_failures)
     else:
         plan = analyze(BindRequest(symbol=ckpt.symbol, shapes=shapes, params=ckpt.params, settings=settings, backend=backend))
-    report = build_report(plan, model=ckpt.prefix, backend=backend.name, failures=failures)
+    report = build_report(plan, model=ckpt.prefix, backend=backend.name, failures=failures,
+                          precisions=subgraph_precisions(plan, settings))
     for path, render in ((args.svg, render_svg), (args.html, render_html)):
         if path:
             write_text(path, render(report, plan, collapse=args.collapse))

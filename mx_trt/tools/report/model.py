@@ -42,6 +42,9 @@ class SubgraphRow:
         outputs: Boundary outputs.
         macs: Estimated multiply-adds.
         failure: Why its engine was not built (it then runs natively), or ``None``.
+        precision: The engine's precision as the report shows it (``fp32``, ``fp16``,
+            ``int8 (12 op(s) quantized)``); empty when not known.
+        kept_float: For int8: quantizable operators kept in float, with the reason.
     """
 
     id: int
@@ -52,6 +55,8 @@ class SubgraphRow:
     outputs: List[TensorRef]
     macs: int
     failure: Optional[str] = None
+    precision: str = ""
+    kept_float: Dict[str, str] = field(default_factory=dict)
 
     @property
     def ops(self) -> int:
@@ -158,6 +163,7 @@ def build_report(
     model: str = "",
     backend: str = "",
     failures: Optional[Mapping[str, str]] = None,
+    precisions: Optional[Mapping[str, Any]] = None,
 ) -> PartitionReport:
     """Summarise a plan.
 
@@ -167,6 +173,8 @@ def build_report(
         backend: Backend name.
         failures: Subgraph name -> why its engine was not built
             (:attr:`mx_trt.pipeline.bind.BindInfo.native_failures`); such subgraphs count as native.
+        precisions: Subgraph name -> :class:`mx_trt.pipeline.int8.SubgraphPrecision`
+            (``describe()`` and ``kept_float``), shown per subgraph.
 
     Returns:
         The report. Complexity: O(V + E).
@@ -190,6 +198,8 @@ def build_report(
                 outputs=[TensorRef(entry_label(graph, e), graph.shapes.get(e)) for e in outs],
                 macs=sum(macs[v] for v in sg.nodes),
                 failure=failures.get(sg.name),
+                precision=precisions[sg.name].describe() if precisions and sg.name in precisions else "",
+                kept_float=dict(precisions[sg.name].kept_float) if precisions and sg.name in precisions else {},
             )
         )
     native_reason: Dict[int, str] = dict(plan.partition.native)

@@ -54,12 +54,13 @@ def render_table(report: PartitionReport, max_names: int = 6) -> str:
     )
     lines.append("")
     if report.subgraphs:
-        table = [("id", "subgraph", "ops", "in", "inputs", "out", "outputs", "MACs", "op types")]
+        table = [("id", "subgraph", "ops", "in", "inputs", "out", "outputs", "MACs", "precision", "op types")]
         for s in report.subgraphs:
             types = ", ".join(f"{k} {v}" for k, v in sorted(s.op_counts.items(), key=lambda kv: (-kv[1], kv[0])))
             name = s.name if s.failure is None else f"{s.name} (NATIVE: build failed)"
             table.append((str(s.id), name, str(s.ops), str(len(s.inputs)), _names(s.inputs, 36),
-                          str(len(s.outputs)), _names(s.outputs, 36), format_count(s.macs), clip(types, 60)))
+                          str(len(s.outputs)), _names(s.outputs, 36), format_count(s.macs), s.precision or "-",
+                          clip(types, 60)))
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         right = {0, 2, 3, 5, 7}
         for k, r in enumerate(table):
@@ -70,6 +71,8 @@ def render_table(report: PartitionReport, max_names: int = 6) -> str:
         for s in report.subgraphs:
             if s.failure is not None:
                 lines.append(f"{s.name} failed to build and runs natively: {s.failure}")
+            for node, why in sorted(s.kept_float.items()):
+                lines.append(f"{s.name}: {node} stays in float: {why}")
     else:
         lines.append("no subgraph: every operator stays native")
     lines.append("")
@@ -104,7 +107,8 @@ def report_to_json(report: PartitionReport) -> Dict[str, Any]:
         "subgraphs": [
             {"id": s.id, "name": s.name, "ops": s.ops, "op_counts": s.op_counts, "nodes": s.nodes,
              "inputs": refs(s.inputs), "outputs": refs(s.outputs), "macs": s.macs,
-             "engine": s.failure is None, "failure": s.failure}
+             "engine": s.failure is None, "failure": s.failure, "precision": s.precision,
+             "kept_float": dict(s.kept_float)}
             for s in report.subgraphs
         ],
         "native": {

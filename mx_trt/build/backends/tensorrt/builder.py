@@ -327,7 +327,10 @@ def _interface(exported: Any, network: "trt.INetworkDefinition", name: str,
 
 def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: List[Profile], strongly_typed: bool,
             ws: Optional[int], label: str) -> "trt.IBuilderConfig":
-    """The builder config: workspace cap, fp16 (weakly typed networks only), profiles, progress monitor.
+    """The builder config: workspace cap, fp16 and int8 flags (weakly typed networks only), profiles, progress monitor.
+
+    A strongly typed network takes its precision from the graph (fp16 types, INT8
+    Q/DQ pairs); a weakly typed one needs the INT8 flag for its Q/DQ layers to run in int8.
 
     Raises:
         EngineBuildError: TensorRT rejected an optimization profile.
@@ -340,6 +343,8 @@ def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: L
         config.set_flag(mod.BuilderFlag.FP16)
     elif options.fp16:
         logger.debug("%s: strongly typed network: precision comes from the exported graph's types", name)
+    if options.extra.get("int8") and not strongly_typed:
+        config.set_flag(mod.BuilderFlag.INT8)
     for k, prof in enumerate(profiles):
         p: trt.IOptimizationProfile = builder.create_optimization_profile()
         for n, (lo, opt, hi) in prof.items():

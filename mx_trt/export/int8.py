@@ -32,7 +32,7 @@ import numpy as np
 
 from mx_trt.errors import ConversionError
 from mx_trt.export.calibration import TensorRange
-from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES, ExportedSubgraph
+from mx_trt.export.subgraph import ExportedSubgraph, initializer_protos
 
 logger = logging.getLogger(__name__)
 
@@ -425,26 +425,8 @@ def quantize_int8(exported: ExportedSubgraph, ranges: Mapping[str, TensorRange],
 
 def _set_initializers(model: Any, arrays: Mapping[str, np.ndarray], location: str) -> Tuple[Dict[str, np.ndarray], int]:
     """Replace the model's initializers by ``arrays``: large ones as external data (as the exporter lays them out)."""
-    from onnx import TensorProto, helper, numpy_helper
-
     g = model.graph
     del g.initializer[:]
-    external: Dict[str, np.ndarray] = {}
-    offset = total = 0
-    for name, arr in arrays.items():
-        total += arr.nbytes
-        if arr.nbytes >= EXTERNAL_MIN_BYTES:
-            t = TensorProto()
-            t.name = name
-            t.data_type = int(helper.np_dtype_to_tensor_dtype(arr.dtype))
-            t.dims.extend(arr.shape)
-            t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
-                kv = t.external_data.add()
-                kv.key, kv.value = k, v
-            external[name] = arr
-            offset += (arr.nbytes + 4095) // 4096 * 4096
-        else:
-            t = numpy_helper.from_array(np.asarray(arr, order="C"), name)
-        g.initializer.append(t)
-    return external, total
+    protos, external = initializer_protos(arrays, location)
+    g.initializer.extend(protos)
+    return external, sum(arr.nbytes for arr in arrays.values())

@@ -253,23 +253,8 @@ def export_subgraph(
     # them from memory or have save_model write them beside the model.
     external: Dict[str, np.ndarray] = {}
     location = f"{name}.onnx.data"
-    init_protos = []
-    offset = 0
-    for nm, arr in inits.items():
-        if arr.nbytes >= EXTERNAL_MIN_BYTES:
-            t = TensorProto()
-            t.name = nm
-            t.data_type = _np_to_onnx_dtype(arr.dtype)
-            t.dims.extend(arr.shape)
-            t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
-                kv = t.external_data.add()
-                kv.key, kv.value = k, v
-            external[nm] = arr
-            offset += (arr.nbytes + 4095) // 4096 * 4096  # page-aligned, so readers may mmap
-        else:
-            t = numpy_helper.from_array(arr, nm)
-        init_protos.append(t)
+    init_protos, weight_external = initializer_protos(inits, location)
+    external.update(weight_external)
     g = helper.make_graph(nodes_out, name, g_inputs, g_outputs, initializer=init_protos)
     model = helper.make_model(
         g,
@@ -287,6 +272,33 @@ def export_subgraph(
                             input_specs=[io_spec(n, e) for n, e in zip(in_names, inputs)],
                             output_specs=[io_spec(n, e) for n, e in zip(out_names, outputs)],
                             batch_dim=dynamic_batch)
+
+
+def initializer_protos(arrays: Mapping[str, np.ndarray], location: str) -> Tuple[List[Any], Dict[str, np.ndarray]]:
+    """Initializer protos of ``arrays``: those of at least :data:`EXTERNAL_MIN_BYTES` as external
+    data in ``location`` (page-aligned offsets, so readers may map them; the arrays are not copied),
+    the others inline. Returns (the protos, the external arrays by name). O(inline bytes)."""
+    from onnx import TensorProto, numpy_helper
+
+    protos: List[Any] = []
+    external: Dict[str, np.ndarray] = {}
+    offset = 0
+    for nm, arr in arrays.items():
+        if arr.nbytes >= EXTERNAL_MIN_BYTES:
+            t = TensorProto()
+            t.name = nm
+            t.data_type = _np_to_onnx_dtype(arr.dtype)
+            t.dims.extend(arr.shape)
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                kv = t.external_data.add()
+                kv.key, kv.value = k, v
+            external[nm] = arr
+            offset += (arr.nbytes + 4095) // 4096 * 4096
+        else:
+            t = numpy_helper.from_array(np.asarray(arr, order="C"), nm)
+        protos.append(t)
+    return protos, external
 
 
 def initializer_arrays(exported: ExportedSubgraph) -> Dict[str, np.ndarray]:

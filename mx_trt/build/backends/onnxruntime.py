@@ -26,7 +26,7 @@ import logging
 import os
 import platform
 import shutil
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -358,8 +358,8 @@ def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any], na
     return session, held
 
 
-def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    """A copy of ``model`` whose initializers in ``arrays`` refer to those arrays' memory (no bytes copied)."""
+def _external_copy(model: Any, arrays: Mapping[str, np.ndarray], where: Callable[[np.ndarray], Tuple[str, str]]) -> Any:
+    """A copy of ``model`` whose initializers in ``arrays`` are external data at ``where(array)`` (location, offset)."""
     from onnx import ModelProto, TensorProto
 
     out = ModelProto()
@@ -370,10 +370,16 @@ def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
             continue
         t.data_location = TensorProto.EXTERNAL
         del t.external_data[:]
-        for k, v in (("location", MEM_TAG), ("offset", str(arr.ctypes.data)), ("length", str(arr.nbytes))):
+        location, offset = where(arr)
+        for k, v in (("location", location), ("offset", offset), ("length", str(arr.nbytes))):
             kv = t.external_data.add()
             kv.key, kv.value = k, v
     return out
+
+
+def _with_memory_refs(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    """A copy of ``model`` whose initializers in ``arrays`` refer to those arrays' memory (no bytes copied)."""
+    return _external_copy(model, arrays, lambda arr: (MEM_TAG, str(arr.ctypes.data)))
 
 
 def _with_fed_initializers(model: Any, arrays: Mapping[str, np.ndarray]) -> Tuple[Any, List[str], List[Any]]:
@@ -384,24 +390,10 @@ def _with_fed_initializers(model: Any, arrays: Mapping[str, np.ndarray]) -> Tupl
     before it would read it. Returns (the model, the names, the OrtValues).
     """
     import onnxruntime as ort
-    from onnx import ModelProto, TensorProto
 
-    out = ModelProto()
-    out.CopyFrom(model)
-    names: List[str] = []
-    values: List[Any] = []
-    for t in out.graph.initializer:
-        arr = arrays.get(t.name)
-        if arr is None:
-            continue
-        t.data_location = TensorProto.EXTERNAL
-        del t.external_data[:]
-        for k, v in (("location", FED), ("offset", "0"), ("length", str(arr.nbytes))):
-            kv = t.external_data.add()
-            kv.key, kv.value = k, v
-        names.append(t.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(arr))
-    return out, names, values
+    out = _external_copy(model, arrays, lambda arr: (FED, "0"))
+    names = [t.name for t in out.graph.initializer if t.name in arrays]
+    return out, names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names]
 
 
 def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[str], int]:

@@ -44,6 +44,11 @@ Sections (see benchmarks/README.md for the latest numbers):
    2,000; quick 60): throughput, p50, p99 and failed requests, beside the same
    model in process (batch-1 latency, best batch throughput), with the ratios
    (``benchmarks/bench_serve.py``). ResNet-50 v1; ``--quick``: a small CNN.
+9. ``int8`` (``benchmarks/bench_int8.py``): top-1 of a small CNN trained on
+   scikit-learn's digits at fp32, fp16 and int8 (each calibration method) and
+   with MXNet's own oneDNN INT8; and fp32 against int8 engines, native MXNet and
+   MXNet's oneDNN INT8 on ResNet-50 v1 and MobileNetV2 at batch 1 and 8, timed in
+   alternating rounds, with the ratios and each int8 variant's cosine to fp32.
 
 Output: ``OUT/results.json``, ``OUT/results.png`` (needs matplotlib:
 ``pip install -r requirements/bench.txt``) and the tables on stdout.
@@ -416,6 +421,11 @@ def render_tables(res: Dict[str, Any]) -> str:
                    "concurrency over gRPC, batch-1 requests; beside the same model in process")
         out.append(bench_serve.render(s))
         out.append("")
+    if res.get("int8"):
+        import bench_int8
+
+        out.append(bench_int8.render(res["int8"]))
+        out.append("")
     if res.get("fused_node"):
         out.append("Cost of one fused node, us (median, best in brackets; overhead = fused forward - engine run)")
         rows = [[r["case"], f"{r['fused_forward_us']:.1f} ({r['best']['fused_forward_us']:.1f})",
@@ -586,7 +596,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed runs per end-to-end variant (default 10; quick 3)")
     ap.add_argument("--reference-max", type=int, default=20_000,
                     help="largest graph on which the O(K*V) reference runs (default 20000)")
-    ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models",
+    ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models,int8",
                     help="comma-separated sections to run")
     ap.add_argument("--soak-cycles", type=int, default=None, help="cycles of the soak section (default 1000; quick 100)")
     ap.add_argument("--serve-requests", type=int, default=None,
@@ -649,6 +659,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         names = args.thirdparty.split(",") if args.thirdparty else (
             bench_models.QUICK if args.quick else tuple(bench_models._builders()))
         res["models"] = bench_models.bench_models(names, 3 if args.quick else bench_models.RUNS)
+    if "int8" in only:
+        from bench_int8 import bench_int8
+
+        res["int8"] = bench_int8(args.quick, runs)
     res["seconds"] = time.perf_counter() - t0
     res["machine"]["loadavg_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     json_path = os.path.join(args.out, "results.json")

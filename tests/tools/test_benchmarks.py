@@ -39,8 +39,14 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
                            "--out", str(out_dir)], cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out_dir / "results.json").read_text())
-    for section in ("partition", "bind", "memory", "fused_node", "end_to_end"):
+    for section in ("partition", "bind", "memory", "fused_node", "end_to_end", "int8"):
         assert res.get(section), f"section {section} is empty"
+    acc = {r["variant"]: r for r in res["int8"]["accuracy"]["rows"]}
+    assert acc["fp32 engine"]["top1"] == acc["native MXNet fp32"]["top1"] >= 0.95
+    assert acc["int8 engine (entropy)"]["drop_points_vs_fp32_engine"] <= 1.0
+    for row in res["int8"]["speed"]:
+        assert set(row["median_ms"]) == {"native fp32", "fp32 engine", "int8 engine", "MXNet INT8"}
+        assert row["cosine_to_native"]["int8 engine"] > 0.98
     legs = res["bind"]["legs"]
     assert legs["pass, warm cache"]["loads"] >= 1 and legs["pass, warm cache"]["builds"] == 0
     for row in res["memory"]:

@@ -45,3 +45,9 @@ def subgraph_names(exe):
     info = mx_trt.bind_info(exe)
     g = info.plan.graph
     return [sorted(g.nodes[n].name for n in sg.nodes) for sg in info.plan.partition.subgraphs]
+
+
+def native_reasons(info):
+    """Node name -> why it stayed native, from a bind's plan."""
+    g = info.plan.graph
+    return {g.nodes[n].name: r for n, r in info.plan.partition.native.items()}

@@ -25,7 +25,7 @@ import mx_trt
 from mx_trt.build import engines
 from mx_trt.export.plugins import model_plugins, plugin_for_node, plugins
 from mx_trt.tools.cli.main import main
-from tests.bindcheck import ATOL, RTOL, bind
+from tests.bindcheck import ATOL, RTOL, bind, compare, native_reasons as reasons
 from tests.mxcheck import random_inputs, random_params
 
 SHAPES = {"data": (2, 3, 8, 8)}
@@ -122,19 +122,7 @@ def load_module(tmp_path, name, version="1", impls="onnxruntime=sparsemax", extr
 
 
 def run_both(monkeypatch):
-    sym = resnet_like()
-    args, aux = random_params(sym, SHAPES, 0)
-    inputs = random_inputs(SHAPES, 1)
-    _, ref = bind(sym, SHAPES, args, aux, inputs, False, monkeypatch)
-    exe, got = bind(sym, SHAPES, args, aux, inputs, True, monkeypatch)
-    for r, g in zip(ref, got):
-        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
-    return mx_trt.bind_info(exe)
-
-
-def reasons(info):
-    g = info.plan.graph
-    return {g.nodes[n].name: r for n, r in info.plan.partition.native.items()}
+    return mx_trt.bind_info(compare(resnet_like(), SHAPES, monkeypatch))
 
 
 def test_the_reference_is_sparsemax():

@@ -16,14 +16,13 @@ import json
 import sys
 
 import mxnet as mx
-import numpy as np
 import pytest
 
 import mx_trt
 from mx_trt.build import engines
 from mx_trt.tools.cli.main import main
-from tests.bindcheck import ATOL, RTOL, bind, conv_relu
-from tests.mxcheck import random_inputs, random_params
+from tests.bindcheck import compare, conv_relu, native_reasons as _reasons
+from tests.mxcheck import random_params
 
 SHAPES = {"data": (2, 3, 8, 8)}
 
@@ -152,19 +151,7 @@ def write_ops(tmp_path, version="1", extra="", name="it_user_ops"):
 
 
 def _run_both(monkeypatch, sym=None):
-    sym = resnet_like() if sym is None else sym
-    args, aux = random_params(sym, SHAPES, 0)
-    inputs = random_inputs(SHAPES, 1)
-    _, ref = bind(sym, SHAPES, args, aux, inputs, False, monkeypatch)
-    exe, got = bind(sym, SHAPES, args, aux, inputs, True, monkeypatch)
-    for r, g in zip(ref, got):
-        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
-    return mx_trt.bind_info(exe)
-
-
-def _reasons(info):
-    g = info.plan.graph
-    return {g.nodes[n].name: r for n, r in info.plan.partition.native.items()}
+    return mx_trt.bind_info(compare(resnet_like() if sym is None else sym, SHAPES, monkeypatch))
 
 
 def test_without_converters_the_engine_splits(monkeypatch):

@@ -41,15 +41,20 @@ def small_cnn(prefix: str, size: int = 16) -> None:
 
 
 def two_in_two_out(prefix: str) -> None:
-    """Integer token ids (embedded) and a float mask in; two outputs: per-token features and a pooled score."""
+    """Integer token ids (embedded), a float mask and one float per sample (a length, as BERT's) in;
+    two outputs: per-token features and a pooled score divided by the length."""
     tokens = mx.sym.var("tokens")
     mask = mx.sym.var("mask")
+    length = mx.sym.var("length")
     emb = mx.sym.Embedding(tokens, input_dim=50, output_dim=8, name="emb")
     feats = mx.sym.FullyConnected(emb, num_hidden=6, flatten=False, name="proj")
     feats = mx.sym.broadcast_mul(mx.sym.Activation(feats, act_type="tanh", name="act"),
                                  mx.sym.expand_dims(mask, axis=2), name="masked")
-    pooled = mx.sym.FullyConnected(mx.sym.sum(feats, axis=1, name="pool"), num_hidden=3, name="score")
-    _save(mx.sym.Group([feats, pooled]), prefix, {"tokens": (1, 7), "mask": (1, 7)}, {"tokens": "int32"})
+    pooled = mx.sym.broadcast_div(mx.sym.sum(feats, axis=1, name="pool"), mx.sym.expand_dims(length, axis=1),
+                                  name="mean")
+    score = mx.sym.FullyConnected(pooled, num_hidden=3, name="score")
+    _save(mx.sym.Group([feats, score]), prefix, {"tokens": (1, 7), "mask": (1, 7), "length": (1,)},
+          {"tokens": "int32"})
 
 
 def _save(sym: mx.sym.Symbol, prefix: str, shapes: Dict[str, tuple], dtypes: Dict[str, str]) -> None:

@@ -75,12 +75,14 @@ def test_multi_input_outputs_and_int_dtypes(tmp_path):
     prefix = str(tmp_path / "tagger")
     two_in_two_out(prefix)
     sym, args, aux = mx.model.load_checkpoint(prefix, 0)
-    specs = [TensorSpec("tokens", "int32", (7,)), TensorSpec("mask", "float32", (7,))]
+    specs = [TensorSpec("tokens", "int32", (7,)), TensorSpec("mask", "float32", (7,)),
+             TensorSpec("length", "float32", ())]
     outs = output_specs(sym, {**args, **aux}, specs)
     assert [(o.dtype, o.dims) for o in outs] == [("float32", (7, 6)), ("float32", (3,))]
     model = ServedModel(sym, args, aux, specs, 4, mx.cpu())
     rng = np.random.RandomState(3)
-    feeds = {"tokens": rng.randint(0, 50, (3, 7)).astype("int32"), "mask": np.ones((3, 7), "float32")}
+    feeds = {"tokens": rng.randint(0, 50, (3, 7)).astype("int32"), "mask": np.ones((3, 7), "float32"),
+             "length": np.array([7, 3, 5], "float32")}
     for got, want in zip(model.run(feeds), native_outputs(prefix, feeds)):
         assert_close(got, want)
 

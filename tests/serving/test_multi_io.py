@@ -1,4 +1,5 @@
-"""Two inputs of two dtypes (int32 token ids, a float mask) and two outputs, by name, served over HTTP and gRPC."""
+"""Three inputs of two dtypes (int32 token ids, a float mask, one float per sample) and two outputs, by name,
+served over HTTP and gRPC."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,8 @@ SEQ = 7
 def model(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("ckpt") / "tagger")
     two_in_two_out(prefix)
-    with server_for(prefix, {"tokens": (1, SEQ), "mask": (1, SEQ)}, str(tmp_path_factory.mktemp("plan_cache")),
+    with server_for(prefix, {"tokens": (1, SEQ), "mask": (1, SEQ), "length": (1,)},
+                    str(tmp_path_factory.mktemp("plan_cache")),
                     dtypes={"tokens": "int32"}, max_batch=4, model_name="tagger") as endpoints:
         yield prefix, endpoints
 
@@ -25,7 +27,13 @@ def model(tmp_path_factory):
 def _feeds(batch, seed):
     rng = np.random.RandomState(seed)
     return {"tokens": rng.randint(0, 50, (batch, SEQ)).astype("int32"),
-            "mask": (rng.uniform(0, 1, (batch, SEQ)) > 0.3).astype("float32")}
+            "mask": (rng.uniform(0, 1, (batch, SEQ)) > 0.3).astype("float32"),
+            "length": rng.randint(1, SEQ + 1, (batch,)).astype("float32")}
+
+
+def _sent(arr):
+    """As a Triton client sends it: one value per sample travels as dims [1] (the model gets [batch])."""
+    return arr.reshape(arr.shape + (1,)) if arr.ndim == 1 else arr
 
 
 @pytest.mark.parametrize("kind", ["http", "grpc"])
@@ -37,14 +45,14 @@ def test_named_inputs_and_outputs_with_their_dtypes(model, kind):
     meta = meta if isinstance(meta, dict) else {"inputs": [{"name": i.name, "datatype": i.datatype}
                                                             for i in meta.inputs],
                                                 "outputs": [{"name": o.name} for o in meta.outputs]}
-    assert {i["name"]: i["datatype"] for i in meta["inputs"]} == {"tokens": "INT32", "mask": "FP32"}
+    assert {i["name"]: i["datatype"] for i in meta["inputs"]} == {"tokens": "INT32", "mask": "FP32", "length": "FP32"}
     names = [o["name"] for o in meta["outputs"]]
     assert len(names) == 2
     feeds = _feeds(3, 1)
     inputs = []
     for name, arr in feeds.items():
-        t = mod.InferInput(name, list(arr.shape), "INT32" if arr.dtype == np.int32 else "FP32")
-        t.set_data_from_numpy(arr)
+        t = mod.InferInput(name, list(_sent(arr).shape), "INT32" if arr.dtype == np.int32 else "FP32")
+        t.set_data_from_numpy(_sent(arr))
         inputs.append(t)
     result = client.infer(endpoints.model, inputs)
     client.close()
@@ -58,7 +66,7 @@ def test_float_token_ids_are_refused(model):
     feeds = _feeds(1, 2)
     inputs = []
     for name, arr in feeds.items():
-        arr = arr.astype("float32")
+        arr = _sent(arr).astype("float32")
         t = thttp.InferInput(name, list(arr.shape), "FP32")
         t.set_data_from_numpy(arr)
         inputs.append(t)

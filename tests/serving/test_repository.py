@@ -46,7 +46,8 @@ def test_python_model_folder_round_trips(tmp_path):
     prefix = str(tmp_path / "tagger")
     two_in_two_out(prefix)
     sym, args, aux = mx.model.load_checkpoint(prefix, 0)
-    inputs = [TensorSpec("tokens", "int32", (7,)), TensorSpec("mask", "float32", (7,))]
+    inputs = [TensorSpec("tokens", "int32", (7,)), TensorSpec("mask", "float32", (7,)),
+              TensorSpec("length", "float32", ())]
     spec = write_python_model(str(tmp_path / "repo"), "tagger", sym, args, aux, inputs, 4, 100, 2)
     folder = tmp_path / "repo" / "tagger" / "1"
     assert sorted(os.listdir(folder)) == ["model-0000.params", "model-symbol.json", "model.py", SPEC_FILE]
@@ -57,6 +58,8 @@ def test_python_model_folder_round_trips(tmp_path):
     assert sym2.tojson() == sym.tojson() and sorted(args2) == sorted(args)
     config = (tmp_path / "repo" / "tagger" / "config.pbtxt").read_text()
     assert "count: 2" in config and "TYPE_INT32" in config
+    # One value per sample: declared as dims [1], handed to the model as [batch].
+    assert 'name: "length" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] }' in config
 
 
 def test_damaged_spec_files(tmp_path):

@@ -1,14 +1,17 @@
 """Shared pieces of the serving tests: small checkpoints, their native reference, and a server per module.
 
 Every server test needs the serve extra and an interpreter whose shared
-libpython Triton's stub can embed (``mx_trt.serving.serve_problem``). Where
-either is missing the tests skip with that one-line reason; on the development
-and CI machines neither is (``test_runtime.py`` fails there if one is).
+libpython Triton's stub can embed (``mx_trt.serving.serve_problem``). The tests
+skip only where the extra is switched off (``USE_SERVE=0``, config.mk's switch,
+which the Makefile exports); anywhere else a missing extra or an interpreter that
+cannot serve fails them, so a broken install never passes as skipped.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+from types import ModuleType
 from typing import Dict, Iterator, List, Sequence
 
 import mxnet as mx
@@ -22,10 +25,25 @@ RTOL, ATOL = 1e-4, 1e-5
 SERVER_ENV = {"MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": "2"}
 
 
+#: The serve extra switched off by the build switch: the only reason serving tests skip.
+SERVE_OFF = os.environ.get("USE_SERVE", "1").strip() == "0"
+SERVE_OFF_REASON = "the serve extra is switched off (USE_SERVE=0)"
+
+
 def needs_server() -> None:
+    """Skip with USE_SERVE=0; otherwise fail when this interpreter cannot serve."""
+    if SERVE_OFF:
+        pytest.skip(SERVE_OFF_REASON)
     problem = serve_problem()
     if problem is not None:
-        pytest.skip(f"cannot serve here: {problem}")
+        pytest.fail(f"cannot serve here: {problem} (`make test` installs the serve extra: USE_SERVE=1 in config.mk)")
+
+
+def triton_client(module: str) -> ModuleType:
+    """A ``tritonclient`` module, at a test module's import: skips the module with USE_SERVE=0, else must import."""
+    if SERVE_OFF:
+        pytest.skip(SERVE_OFF_REASON, allow_module_level=True)
+    return importlib.import_module(module)
 
 
 def small_cnn(prefix: str, size: int = 16) -> None:

@@ -11,9 +11,9 @@ import pytest
 from mx_trt.serving.server import ServeOptions, TritonProcess
 from mx_trt.tools.cli.main import main
 from tests import userops
-from tests.serving.conftest import SERVER_ENV, assert_close, needs_server, small_cnn
+from tests.serving.conftest import SERVER_ENV, assert_close, needs_server, small_cnn, triton_client
 
-thttp = pytest.importorskip("tritonclient.http", reason="the serve extra is not installed (USE_SERVE=0)")
+thttp = triton_client("tritonclient.http")
 
 USEROPS = os.path.abspath(userops.__file__)
 

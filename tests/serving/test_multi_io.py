@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.serving.conftest import assert_close, native_outputs, server_for, two_in_two_out
+from tests.serving.conftest import assert_close, native_outputs, server_for, triton_client, two_in_two_out
 
-tgrpc = pytest.importorskip("tritonclient.grpc", reason="the serve extra is not installed (USE_SERVE=0)")
-thttp = pytest.importorskip("tritonclient.http", reason="the serve extra is not installed (USE_SERVE=0)")
-InferenceServerException = pytest.importorskip("tritonclient.utils").InferenceServerException
+tgrpc = triton_client("tritonclient.grpc")
+thttp = triton_client("tritonclient.http")
+InferenceServerException = triton_client("tritonclient.utils").InferenceServerException
 
 SEQ = 7
 

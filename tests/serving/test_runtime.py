@@ -11,14 +11,16 @@ import pytest
 
 from mx_trt.errors import ServeError
 from mx_trt.serving import runtime
+from tests.serving.conftest import SERVE_OFF, SERVE_OFF_REASON, needs_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_this_interpreter_can_serve_where_the_extra_is_installed():
-    """Fails, not skips, when the serve extra is installed but the interpreter cannot serve (CI has both)."""
-    if importlib.util.find_spec("pytriton") is None:
-        pytest.skip("the serve extra is not installed (USE_SERVE=0)")
+    """Fails, not skips, unless the serve extra is switched off (CI has it, and an interpreter that serves)."""
+    if SERVE_OFF:
+        pytest.skip(SERVE_OFF_REASON)
+    assert importlib.util.find_spec("pytriton") is not None, "the serve extra is not installed; USE_SERVE=1 installs it"
     assert runtime.serve_problem() is None
     lib = runtime.find_libpython()
     assert runtime.library_version(lib) == sys.version
@@ -57,8 +59,7 @@ def test_missing_extra_is_one_clear_error(monkeypatch):
 
 
 def test_prepare_lays_out_the_backend_and_the_environment(tmp_path):
-    if runtime.serve_problem() is not None:
-        pytest.skip(runtime.serve_problem())
+    needs_server()
     rt = runtime.prepare(str(tmp_path), {"PATH": "/bin"})
     stub = os.path.join(rt.backend_dir, "python", "triton_python_backend_stub")
     assert os.access(stub, os.X_OK)

@@ -9,11 +9,11 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.serving.conftest import assert_close, metric, native_outputs, server_for
+from tests.serving.conftest import assert_close, metric, native_outputs, server_for, triton_client
 
-tgrpc = pytest.importorskip("tritonclient.grpc", reason="the serve extra is not installed (USE_SERVE=0)")
-thttp = pytest.importorskip("tritonclient.http", reason="the serve extra is not installed (USE_SERVE=0)")
-InferenceServerException = pytest.importorskip("tritonclient.utils").InferenceServerException
+tgrpc = triton_client("tritonclient.grpc")
+thttp = triton_client("tritonclient.http")
+InferenceServerException = triton_client("tritonclient.utils").InferenceServerException
 
 MAX_BATCH = 8
 SAMPLE = (3, 16, 16)

@@ -9,12 +9,11 @@ import time
 import urllib.request
 
 import numpy as np
-import pytest
 
 from mx_trt.serving.server import free_port
-from tests.serving.conftest import SERVER_ENV, assert_close, native_outputs, needs_server
+from tests.serving.conftest import SERVER_ENV, assert_close, native_outputs, needs_server, triton_client
 
-thttp = pytest.importorskip("tritonclient.http", reason="the serve extra is not installed (USE_SERVE=0)")
+thttp = triton_client("tritonclient.http")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests.serving.conftest import needs_server
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -56,10 +58,7 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
 
 
 def test_serve_section_quick(tmp_path):
-    from mx_trt.serving import serve_problem
-
-    if serve_problem() is not None:
-        pytest.skip(f"cannot serve here: {serve_problem()}")
+    needs_server()  # skips only with USE_SERVE=0
     out_dir = tmp_path / "bench"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--only", "serve",
                            "--serve-requests", "40", "--out", str(out_dir)], cwd=ROOT, env=_clean_env(),

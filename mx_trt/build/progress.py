@@ -9,6 +9,35 @@ from typing import Optional, TextIO
 logger = logging.getLogger(__name__)
 
 
+def bar(done: int, total: int, width: int = 20) -> str:
+    """``#####...............``: ``done`` of ``total`` (clamped) in ``width`` characters."""
+    filled = max(0, min(width, int(width * done / total))) if total > 0 else 0
+    return "#" * filled + "." * (width - filled)
+
+
+class TerminalLine:
+    """One status line redrawn in place on ``stream`` (stderr), only when it is a terminal and ``enabled``."""
+
+    def __init__(self, stream: Optional[TextIO] = None, enabled: bool = True, width: int = 100) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.width = width
+        self.drawn = False
+
+    def draw(self, text: str) -> None:
+        if not self.tty:
+            return
+        self.stream.write("\r" + text[:160].ljust(self.width))
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.drawn = False
+
+
 class BuildProgress:
     """Shows ``engine k/n  name (ops)  elapsed  [phase]`` while engines build.
 
@@ -18,13 +47,12 @@ class BuildProgress:
 
     def __init__(self, total: int, stream: Optional[TextIO] = None) -> None:
         self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.line = TerminalLine(stream)
+        self.tty = self.line.tty
         self.t0 = time.perf_counter()
         self.k = 0
         self.name = ""
         self.ops = 0
-        self._drawn = False
 
     def start(self, k: int, name: str, ops: int) -> None:
         self.k, self.name, self.ops = k, name, ops
@@ -40,15 +68,8 @@ class BuildProgress:
     def _draw(self, extra: str) -> None:
         if not self.tty or self.total == 0:
             return
-        done = int(20 * self.k / self.total)
-        bar = "#" * done + "." * (20 - done)
-        line = (f"\r[mx_trt] [{bar}] engine {self.k + 1}/{self.total} {self.name} ({self.ops} ops) "
-                f"{time.perf_counter() - self.t0:6.1f}s {extra}")
-        self.stream.write(line[:160].ljust(100))
-        self.stream.flush()
-        self._drawn = True
+        self.line.draw(f"[mx_trt] [{bar(self.k, self.total)}] engine {self.k + 1}/{self.total} {self.name} "
+                       f"({self.ops} ops) {time.perf_counter() - self.t0:6.1f}s {extra}")
 
     def done(self) -> None:
-        if self._drawn:
-            self.stream.write("\r" + " " * 100 + "\r")
-            self.stream.flush()
+        self.line.clear()

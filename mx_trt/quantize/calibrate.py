@@ -15,12 +15,12 @@ Stages, in order::
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt.build.progress import TerminalLine, bar
 from mx_trt.errors import CalibrationError, MxTrtError
 from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, graph_digest
 from mx_trt.export.subgraph import entry_name
@@ -255,26 +255,19 @@ class _Progress:
 
     def __init__(self, total: Optional[int], enabled: bool, stream: Any = None) -> None:
         self.total, self.enabled = total, enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.line = TerminalLine(stream, enabled, width=80)
         self.t0 = time.perf_counter()
-        self.drawn = False
 
     def step(self, k: int) -> None:
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self.t0
         of = f"/{self.total}" if self.total else ""
-        if not self.tty:
+        if not self.line.tty:
             logger.info("calibrate: batch %d%s (%.1f s)", k, of, elapsed)
             return
-        done = int(20 * k / self.total) if self.total else k % 21
-        bar = "#" * done + "." * (20 - done)
-        self.stream.write(f"\r[mx_trt] calibrating [{bar}] {k}{of} batches {elapsed:6.1f}s")
-        self.stream.flush()
-        self.drawn = True
+        filled = bar(k, self.total) if self.total else bar(k % 21, 20)
+        self.line.draw(f"[mx_trt] calibrating [{filled}] {k}{of} batches {elapsed:6.1f}s")
 
     def done(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 80 + "\r")
-            self.stream.flush()
+        self.line.clear()

@@ -34,7 +34,6 @@ problem as an
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import operator
@@ -50,7 +49,7 @@ from mx_trt.build.backends import BACKENDS, BuildOptions, select_backend
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.cache import ENV_DIR, ENV_MAX_MB, EngineCache
-from mx_trt.cache.fs import remove_tree
+from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.build.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, register_engine
@@ -230,13 +229,9 @@ def export_model(
 
 def _file_record(path: str) -> Dict[str, Any]:
     """``{"size": bytes, "sha256": hex}`` of a file (written into the manifest, checked by :func:`load`)."""
-    digest = hashlib.sha256()
-    size = 0
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
-    return {"size": size, "sha256": digest.hexdigest()}
+        size, digest = stream_digest(f, "sha256")
+    return {"size": size, "sha256": digest.split(":", 1)[1]}
 
 
 def _check_files(directory: str, manifest: Mapping[str, Any]) -> None:

@@ -156,17 +156,22 @@ def new_hasher(algo: Optional[str] = None) -> Tuple[str, Any]:
     raise ValueError(f"no {algo} digest here" + (" (xxhash is not installed)" if algo == "xxh3_128" else ""))
 
 
-def file_digest(path: str, algo: Optional[str] = None) -> Tuple[int, str]:
-    """(size, ``"<algo>:<hex>"``) of the regular file ``path``; O(size). Raises as :func:`open_regular`."""
+def stream_digest(f: Any, algo: Optional[str] = None) -> Tuple[int, str]:
+    """(size, ``"<algo>:<hex>"``) of what is left to read in the binary file object ``f``; O(size)."""
     name, h = new_hasher(algo)
     size = 0
+    while True:
+        chunk = f.read(CHUNK)
+        if not chunk:
+            return size, f"{name}:{h.hexdigest()}"
+        h.update(chunk)
+        size += len(chunk)
+
+
+def file_digest(path: str, algo: Optional[str] = None) -> Tuple[int, str]:
+    """(size, ``"<algo>:<hex>"``) of the regular file ``path``; O(size). Raises as :func:`open_regular`."""
     with open_regular(path) as (f, _):
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                return size, f"{name}:{h.hexdigest()}"
-            h.update(chunk)
-            size += len(chunk)
+        return stream_digest(f, algo)
 
 
 def write_bytes(data: Union[bytes, bytearray, memoryview], dst: str) -> Dict[str, Any]:

@@ -75,6 +75,16 @@ def test_health_ready_and_metrics(server):
         assert "nv_inference_request_success" in resp.read().decode()
 
 
+def _send_all(client, model, xs):
+    """Send each batch in ``xs`` at once over HTTP; the pending results, in order."""
+    pending = []
+    for x in xs:
+        t = thttp.InferInput("data", list(x.shape), "FP32")
+        t.set_data_from_numpy(x)
+        pending.append(client.async_infer(model, [t]))
+    return pending
+
+
 def test_concurrent_requests_are_batched(server, tiny_cnn):
     endpoints, _ = server
     with urllib.request.urlopen(endpoints.metrics, timeout=10) as resp:
@@ -82,11 +92,7 @@ def test_concurrent_requests_are_batched(server, tiny_cnn):
     xs = [_batch(1, 100 + i) for i in range(32)]
     want = native_outputs(tiny_cnn, {"data": np.concatenate(xs)})[0]
     client = thttp.InferenceServerClient(endpoints.http, concurrency=32)
-    pending = []
-    for x in xs:
-        t = thttp.InferInput("data", list(x.shape), "FP32")
-        t.set_data_from_numpy(x)
-        pending.append(client.async_infer(endpoints.model, [t]))
+    pending = _send_all(client, endpoints.model, xs)
     got = np.concatenate([p.get_result().as_numpy("fc_output") for p in pending])
     assert_close(got, want)
     with urllib.request.urlopen(endpoints.metrics, timeout=10) as resp:
@@ -131,11 +137,7 @@ def test_a_nan_request_batched_with_good_ones_fails_alone(server, tiny_cnn):
     xs = [_batch(1, 300 + i) for i in range(8)]
     xs[3] = np.full_like(xs[3], np.nan)
     client = thttp.InferenceServerClient(endpoints.http, concurrency=8)
-    pending = []
-    for x in xs:
-        t = thttp.InferInput("data", list(x.shape), "FP32")
-        t.set_data_from_numpy(x)
-        pending.append(client.async_infer(endpoints.model, [t]))
+    pending = _send_all(client, endpoints.model, xs)
     for i, p in enumerate(pending):
         if i == 3:
             with pytest.raises(InferenceServerException, match="NaN"):

@@ -37,7 +37,7 @@ from mx_trt.pipeline.int8 import Int8Setup, int8_setup
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward, register_engine
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -255,6 +255,7 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
         if name in params:
             _copy_into(exe.aux_dict[name], params[name])
     exe._mx_trt = info
+    guard_forward(exe, info.engines)
     return exe
 
 

@@ -122,6 +122,7 @@ class FusedEngine:
                     bound.output_shapes(shapes)
                 except ShapeError as exc:
                     logger.error("%s: %s", self.name, exc)
+                    self.last_error = exc  # MXNet's shape inference loses the message: guard_forward raises it
                     raise
                 return bound
             where = f"outside the engine's profiles {bound.batch_ranges}" if bound.batch_ranges else \
@@ -131,6 +132,8 @@ class FusedEngine:
                 eng.output_shapes(shapes)  # the new engine must take them
             except MxTrtError as exc:
                 logger.error("%s: batch %d is %s, and no engine can be made for it: %s", self.name, batch, where, exc)
+                self.last_error = type(exc)(f"{self.name}: batch {batch} is {where}, and no engine can be made "
+                                            f"for it: {exc}")
                 raise
             self.rebuilds += 1
             self.build_count += int(source == "built")
@@ -469,7 +472,9 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     the first read of an output, as an ``MXNetError`` that has lost the
     operator's message. The guarded ``forward`` waits for the outputs (a caller
     reads them next anyway), and raises the node's :class:`EngineRunError` (or
-    other typed error) from there. ``exe.reshape`` gives guarded executors too.
+    other typed error) from there. ``exe.reshape`` gives guarded executors too,
+    and raises the typed error of a fused node that cannot take the new shapes
+    (no engine can be made for them) instead of MXNet's failed shape inference.
     The executor keeps working: the next forward runs again.
     """
     import mxnet as mx
@@ -490,7 +495,13 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
         return outs
 
     def reshape(*args: Any, **kwargs: Any) -> Any:
-        new = native_reshape(*args, **kwargs)
+        try:
+            new = native_reshape(*args, **kwargs)
+        except mx.base.MXNetError:
+            err = take_error(engines)
+            if err is None:
+                raise
+            raise err from None
         guard_forward(new, engines)
         info = getattr(exe, "_mx_trt", None)
         if info is not None and getattr(new, "_mx_trt", None) is None:

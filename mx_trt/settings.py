@@ -374,8 +374,13 @@ def _check_advisory() -> None:
                       value, ", ".join(unknown), "is" if len(unknown) == 1 else "are")
 
 
-def _mxnet_op_names() -> FrozenSet[str]:
+def mxnet_op_names() -> FrozenSet[str]:
     """Every operator name MXNet has registered now (aliases included); empty if MXNet cannot say."""
+    return _mxnet_op_names()
+
+
+def _mxnet_op_names() -> FrozenSet[str]:
+    """See :func:`mxnet_op_names`."""
     try:
         import mxnet as mx
 

@@ -53,7 +53,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 
 from mx_trt.errors import ConversionError, EngineBuildError
 from mx_trt.export.converters.registry import ConvContext, Validator, remove_entries
-from mx_trt.export.converters.user import add_user_converter, code_digest, identity_of
+from mx_trt.export.converters.user import BACKENDS, add_user_converter, check_registration, code_digest, identity_of
 from mx_trt.export.shapes import shape_text
 from mx_trt.export.spec import OpSpec
 
@@ -64,7 +64,7 @@ __all__ = ["BACKEND_NAMES", "DEFAULT_DOMAIN", "HostFunction", "Implementation", 
 logger = logging.getLogger(__name__)
 
 #: The backends a plugin may name an implementation for.
-BACKEND_NAMES = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+BACKEND_NAMES = BACKENDS
 #: The domain of plugins that do not name one.
 DEFAULT_DOMAIN = "mx_trt.user"
 #: ONNX attribute types a plugin's ``attrs`` may name.
@@ -250,12 +250,12 @@ def register_plugin(
         The :class:`Plugin`.
 
     Raises:
-        ValueError: a bad name, domain, attribute type, dtype or implementation, no
+        ValueError: a bad name (or an operator MXNet does not have), priority, validator,
+            domain, attribute type, dtype or implementation, no
             implementation at all, or an ``onnxruntime-extensions`` op of this name
             already made in this process with another signature.
     """
-    if not isinstance(op, str) or not op or op == "Custom:":
-        raise ValueError(f"register_plugin: bad operator name {op!r} (use 'Name' or 'Custom:op_type')")
+    check_registration("register_plugin", op, priority, None, validator)
     op_type = op_type or (op[len("Custom:"):] if op.startswith("Custom:") else op)
     if not domain or domain in _RESERVED_DOMAINS or "::" in domain or "::" in op_type:
         raise ValueError(f"register_plugin({op!r}): domain {domain!r} / op_type {op_type!r} cannot name a plugin "

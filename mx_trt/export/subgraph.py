@@ -238,7 +238,7 @@ def export_subgraph(
         if entry.is_user:
             mx_shapes = [graph.shapes.get(Entry(nid, k)) for k in range(len(out_t))]
             user_outputs.append((entry.label, node.name, out_t, mx_shapes))
-            known = dict(zip(in_t, spec.in_shapes))
+            known: Dict[str, Optional[Sequence[int]]] = dict(zip(in_t, spec.in_shapes))
             known.update(zip(out_t, mx_shapes))
             plugin_shapes += plugin_shapes_of(nodes_out[first:], known, batch)
 

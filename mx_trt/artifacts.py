@@ -52,7 +52,7 @@ from mx_trt.cache import ENV_DIR, ENV_MAX_MB, EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.build.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind
 from mx_trt.settings import Settings, env_override
 
@@ -100,6 +100,8 @@ def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
             raise TypeError("'nodes' is not a list of objects")
     except (ValueError, KeyError, TypeError) as exc:
         raise ExportError(f"the symbol is not an MXNet symbol JSON ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise ExportError("the symbol is not an MXNet symbol JSON (nested too deeply)") from None
     for node in nodes:
         attrs = node.get("attrs") or {}
         if node.get("op") == "Custom" and isinstance(attrs, dict) and attrs.get("op_type") == OP_TYPE:
@@ -558,5 +560,6 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         raise ExportError(f"{directory}: the symbol and parameters do not bind ({first}); export the model again") \
             from None
     exe._mx_trt_loaded = LoadedModel(directory, manifest, fused_engines, sym)
+    guard_forward(exe, fused_engines)
     logger.info("loaded %s: %d engine(s), no build", directory, len(fused_engines))
     return exe

@@ -102,9 +102,11 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
     raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
     if not raw:
         return None
-    where = f"MXNET_TENSORRT_PROFILES={raw!r}"
+    where = f"MXNET_TENSORRT_PROFILES={raw[:200]!r}" + ("..." if len(raw) > 200 else "")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise MxTrtError(f"{where} is not valid JSON (nested too deeply); expected a list of profiles") from None
     except ValueError as exc:
         raise MxTrtError(f"{where} is not valid JSON ({exc}); expected a list of profiles, e.g. "
                          '[{"data": [[1,3,224,224], [8,3,224,224], [32,3,224,224]]}]') from None

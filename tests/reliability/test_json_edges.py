@@ -53,6 +53,33 @@ def test_a_deeply_nested_export_manifest_is_an_export_error(tmp_path):
         mx_trt.load(str(out), mx.cpu())
 
 
+def test_a_deeply_nested_symbol_with_a_matching_digest_is_an_export_error(tmp_path):
+    """Even with the manifest's digest forged to match: the symbol is read by mx_trt's JSON check first."""
+    import hashlib
+
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    out = tmp_path / "export"
+    mx_trt.export_model(sym, mx.cpu(), {"fc_weight": mx.nd.ones((3, 4)), "fc_bias": mx.nd.zeros((3,))},
+                        {"data": (1, 4)}, str(out))
+    manifest = json.loads((out / "mx_trt.json").read_text())
+    (out / manifest["symbol"]).write_text(NESTED)
+    manifest["files"][manifest["symbol"]] = {"size": len(NESTED),
+                                             "sha256": hashlib.sha256(NESTED.encode()).hexdigest()}
+    (out / "mx_trt.json").write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="not an MXNet symbol JSON \\(nested too deeply\\)"):
+        mx_trt.load(str(out), mx.cpu())
+
+
+def test_deeply_nested_profiles_are_one_clear_error(monkeypatch):
+    from mx_trt.errors import MxTrtError
+    from mx_trt.settings import Settings
+
+    monkeypatch.setenv("MXNET_TENSORRT_PROFILES", NESTED)
+    with pytest.raises(MxTrtError, match="is not valid JSON \\(nested too deeply\\)") as info:
+        Settings.from_env()
+    assert len(str(info.value)) < 400  # the value is shortened, not echoed whole
+
+
 def _table(*rows):
     return {"format": "mx_trt.calibration/1", "graph_digest": DIGEST, "method": "minmax", "tensors": list(rows)}
 

@@ -102,7 +102,7 @@ def _checked(name: str, result: Any, out_dtypes: Sequence[str], want: Optional[S
         EngineRunError: wrong count, a value that is no numeric array, a type that
             converts only by changing its kind (float -> int), or a shape other than MXNet's.
     """
-    results = result if isinstance(result, (tuple, list)) else (result,)
+    results = result if isinstance(result, tuple) else (result,)
     if len(results) != len(out_dtypes):
         raise EngineRunError(f"returned {len(results)} output(s), {len(out_dtypes)} declared")
     out: List[np.ndarray] = []

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 
 import numpy as np
 
-from mx_trt.frontends import hook
+from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import (
     NativeFallback,
     call_backend,
@@ -518,11 +518,35 @@ def _patch_group(dpeg: Any) -> None:
     _wrap(dpeg, "forward", make_forward)
 
 
+def _take_tensorrt_symbol(module: Any) -> Optional[Dict[str, Any]]:
+    """A Module made from a TensorRT symbol (``get_backend_symbol``): bind its expanded graph with the pass.
+
+    Returns:
+        The weights the symbol carries (to initialize the Module with), or ``None`` for an ordinary symbol.
+    """
+    sym = getattr(module, "_symbol", None)
+    if sym is None or not deferred.is_deferred(sym):
+        return None
+    full, captured = deferred.expand_symbol(sym)
+    module._symbol = full
+    if getattr(module, "_mx_trt_config", None) is None:
+        configure(module, enabled=captured.native_reason is None, **captured.options)
+    logger.info("Module of a TensorRT symbol: its regions are expanded and the pass builds the engines")
+    return captured.params
+
+
 def _patch_modules(module_cls: Any, bucketing_cls: Any) -> None:
     def make_bind(original: Any) -> Any:
         def bind(self: Any, *args: Any, **kwargs: Any) -> Any:
+            carried = _take_tensorrt_symbol(self)
             with _module_scope(self):
-                return original(self, *args, **kwargs)
+                out = original(self, *args, **kwargs)
+            if carried and not getattr(self, "params_initialized", True):
+                names = set(self._symbol.list_arguments())
+                self.init_params(arg_params={k: v for k, v in carried.items() if k in names},
+                                 aux_params={k: v for k, v in carried.items() if k not in names},
+                                 allow_missing=True)
+            return out
         return bind
 
     def make_update(original: Any) -> Any:

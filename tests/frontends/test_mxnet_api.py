@@ -361,3 +361,20 @@ def test_calibration_table_before_the_end_says_how_far_it_is():
     exe.forward(is_train=False, data=_x())
     with pytest.raises(mx_trt.MxTrtError, match="1 of 4 forwards"):
         mx_trt.calibration_table(exe)
+
+
+def test_tensorrt_symbol_through_symbol_bind_and_module():
+    sym = _net()
+    args, aux = _params(sym)
+    x = _x()
+    want = _native(sym, args, aux, x)
+    trt_sym = sym.get_backend_symbol("TensorRT")
+    mx.contrib.tensorrt.init_tensorrt_params(trt_sym, args, aux)
+    exe = trt_sym.bind(mx.cpu(), {**args, "data": x}, aux_states=dict(aux), grad_req="null")
+    assert _engines(exe) >= 1
+    np.testing.assert_allclose(exe.forward()[0].asnumpy(), want, **FP32)
+    mod = mx.mod.Module(trt_sym, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", SHAPE)], for_training=False)
+    mod.set_params(args, aux)
+    mod.forward(mx.io.DataBatch([x]), is_train=False)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, **FP32)

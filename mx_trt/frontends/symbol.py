@@ -43,6 +43,7 @@ Whatever stops the pass costs one warning and MXNet's own result for the call
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -117,9 +118,16 @@ def release(symbol: Any) -> int:
     Args:
         symbol: The optimized symbol (or its JSON text).
 
+    For a TensorRT symbol whose engines are built at ``simple_bind``
+    (``get_backend_symbol``, ``optimize_for`` without shapes), the weights kept
+    with it are let go too: binding it afterwards needs them in ``shared_buffer``.
+
     Returns:
         How many engines were pinned and are released.
     """
+    text = symbol if isinstance(symbol, str) else symbol.tojson()
+    if deferred.PLACEHOLDER_OP in text or deferred.TOKEN_HIDDEN in text:
+        deferred.release_tokens(deferred.tokens_of(json.loads(text)))
     return unpin(fused_engine_keys(symbol))
 
 

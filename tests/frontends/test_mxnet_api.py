@@ -378,3 +378,13 @@ def test_tensorrt_symbol_through_symbol_bind_and_module():
     mod.set_params(args, aux)
     mod.forward(mx.io.DataBatch([x]), is_train=False)
     np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, **FP32)
+
+
+def test_release_lets_the_kept_weights_go():
+    sym = _net()
+    args, aux = _params(sym)
+    trt_sym = sym.optimize_for("TensorRT", args=args, aux=aux, ctx=mx.cpu())
+    tokens = deferred.tokens_of(__import__("json").loads(trt_sym.tojson()))
+    assert tokens and all(t in deferred._captured for t in tokens)
+    mx_trt.release(trt_sym)
+    assert not any(t in deferred._captured for t in tokens)

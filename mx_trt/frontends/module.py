@@ -47,6 +47,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 
 import numpy as np
 
+from mx_trt import patches
 from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import (
     NativeFallback,
@@ -72,7 +73,6 @@ Signature = Tuple[Tuple[str, Tuple[int, ...], str], ...]
 _lock = threading.Lock()
 _install_lock = threading.RLock()
 _installed = False
-_originals: Dict[str, Any] = {}
 _local = threading.local()
 #: Bumped whenever weights may have changed outside one group's own ``set_params``
 #: (another bucket's ``set_params``, ``Module.update``, :func:`refresh`).
@@ -402,13 +402,7 @@ def _module_scope(module: Any) -> Iterator[None]:
 
 
 def _wrap(cls: Any, name: str, make: Callable[[Any], Any]) -> None:
-    original = getattr(cls, name)
-    _originals[f"{cls.__name__}.{name}"] = original
-    wrapper = make(original)
-    wrapper.__name__ = original.__name__
-    wrapper.__doc__ = original.__doc__
-    wrapper.__wrapped__ = original
-    setattr(cls, name, wrapper)
+    patches.wrap(cls, name, make)
 
 
 def _patch_group(dpeg: Any) -> None:
@@ -562,6 +556,12 @@ def _patch_modules(module_cls: Any, bucketing_cls: Any) -> None:
     _wrap(bucketing_cls, "bind", make_bind)
 
 
+def _uninstalled() -> None:
+    global _installed
+    with _install_lock:
+        _installed = False
+
+
 def install() -> None:
     """Patch MXNet's Module machinery once (``DataParallelExecutorGroup``, ``Module``, ``BucketingModule``).
 
@@ -581,5 +581,6 @@ def install() -> None:
 
         _patch_group(executor_group.DataParallelExecutorGroup)
         _patch_modules(Module, BucketingModule)
+        patches.on_uninstall(_uninstalled)
         _installed = True
         logger.debug("mx_trt: Module and BucketingModule hooked")

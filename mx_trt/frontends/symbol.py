@@ -51,6 +51,7 @@ import threading
 import warnings
 from typing import Any, Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
 from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, grad_requests, guarded
@@ -125,9 +126,11 @@ def release(symbol: Any) -> int:
     Returns:
         How many engines were pinned and are released.
     """
-    text = symbol if isinstance(symbol, str) else symbol.tojson()
-    if deferred.PLACEHOLDER_OP in text or deferred.TOKEN_HIDDEN in text:
-        deferred.release_tokens(deferred.tokens_of(json.loads(text)))
+    if isinstance(symbol, str):
+        if deferred.PLACEHOLDER_OP in symbol or deferred.TOKEN_HIDDEN in symbol:
+            deferred.release_tokens(deferred.tokens_of(json.loads(symbol)))
+    else:
+        deferred.release_tokens(deferred.tokens_in(symbol))
     return unpin(fused_engine_keys(symbol))
 
 
@@ -506,22 +509,22 @@ def install() -> None:
                 check_engines_alive(json_str)
             return found["load_json"](json_str)
 
-        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "load": load, "load_json": load_json,
-                                    "get_backend_symbol": get_backend_symbol}
+        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "get_backend_symbol": get_backend_symbol}
         for name, fn in wrappers.items():
-            fn.__doc__ = getattr(found[name], "__wrapped__", found[name]).__doc__
-            fn.__wrapped__ = getattr(found[name], "__wrapped__", found[name])
-            fn.__name__ = name
-        cls.optimize_for = optimize_for_
-        cls.bind = bind
-        cls.get_backend_symbol = get_backend_symbol
+            patches.wrap(cls, name, _constant(fn))
         for module in (sym_mod, mx.symbol):
             if getattr(module, "load", None) is found["load"]:
-                module.load = load
+                patches.wrap(module, "load", lambda _original: load)
             if getattr(module, "load_json", None) is found["load_json"]:
-                module.load_json = load_json
+                patches.wrap(module, "load_json", lambda _original: load_json)
+        patches.on_uninstall(_originals.clear)
         _originals.update(found)
         logger.debug("mx_trt: Symbol.optimize_for, bind and load hooked")
+
+
+def _constant(fn: Any) -> Any:
+    """``make`` for :func:`mx_trt.patches.wrap` when the wrapper is already made."""
+    return lambda _original: fn
 
 
 def _read_text(fname: Any) -> Optional[str]:

@@ -388,3 +388,23 @@ def test_release_lets_the_kept_weights_go():
     assert tokens and all(t in deferred._captured for t in tokens)
     mx_trt.release(trt_sym)
     assert not any(t in deferred._captured for t in tokens)
+
+
+def test_checking_for_tensorrt_symbols_keeps_no_engine_alive():
+    import gc
+    import weakref
+
+    from mx_trt.frontends import symbol as symfront
+
+    sym = _net()
+    args, aux = _params(sym)
+    sym.get_backend_symbol("TensorRT")  # from now on every bind asks whether its symbol is one
+    opt = sym.optimize_for("TensorRT", dict(args), dict(aux), mx.cpu(), shape_dict={"data": SHAPE})
+    refs = [weakref.ref(e) for e in symfront.engines(opt)]
+    exe = opt.simple_bind(mx.cpu(), data=SHAPE, grad_req="null")
+    exe.forward(data=_x())
+    assert refs and not deferred.is_deferred(opt)
+    symfront.release(opt)
+    del exe, opt
+    gc.collect()
+    assert all(r() is None for r in refs)

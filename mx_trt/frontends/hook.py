@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mx_trt import patches
 from mx_trt.errors import MxTrtError
-from mx_trt.settings import masked_subgraph_backend, subgraph_backend_is_tensorrt
+from mx_trt.settings import ScopedDefault, masked_subgraph_backend, subgraph_backend_is_tensorrt
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ _accelerated: Optional[AcceleratedBind] = None
 #: ``(is_deferred(symbol), bind)``: symbols that carry their TensorRT request (``get_backend_symbol``,
 #: ``optimize_for`` without shapes) bind through ``bind``, whatever the switch says.
 _deferred: Optional[Tuple[Callable[[Any], bool], AcceleratedBind]] = None
-#: ``set_use_tensorrt``'s value for the whole process (``None``: the environment decides).
-_use_override: Optional[bool] = None
+#: ``set_use_tensorrt``'s value (``None``: the environment decides): this thread's, the main thread's by default.
+_use_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_tensorrt")
 #: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
 _installers: List[Callable[[], None]] = []
 
@@ -64,9 +64,11 @@ def set_deferred_bind(is_deferred: Callable[[Any], bool], fn: AcceleratedBind) -
 
 
 def set_use_tensorrt(status: Optional[bool]) -> None:
-    """The switch for every thread of the process, over the environment (``None``: the environment decides again)."""
-    global _use_override
-    _use_override = None if status is None else bool(status)
+    """The switch over the environment (``None``: the environment decides again).
+
+    For this thread's binds; set in the main thread, the default of every thread (:class:`ScopedDefault`).
+    """
+    _use_override.set(None if status is None else bool(status))
 
 
 def add_installer(fn: Callable[[], None]) -> None:
@@ -111,8 +113,9 @@ def pass_enabled() -> bool:
     forced = getattr(_local, "forced", None)
     if forced is not None:
         return bool(forced)
-    if _use_override is not None:
-        return _use_override
+    override = _use_override.get()
+    if override is not None:
+        return override
     return env_enabled() or subgraph_backend_is_tensorrt()
 
 

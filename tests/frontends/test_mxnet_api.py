@@ -408,3 +408,38 @@ def test_checking_for_tensorrt_symbols_keeps_no_engine_alive():
     del exe, opt
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_setters_are_per_thread_with_the_main_threads_value_as_default():
+    import threading
+
+    from mx_trt import settings
+
+    sym = _net()
+    args, aux = _params(sym)
+    x = _x()
+    want = _native(sym, args, aux, x)
+    mx.contrib.tensorrt.set_use_fp16(False)  # main thread: every thread's default
+    results = {}
+    barrier = threading.Barrier(2)
+
+    def run(name, fp16):
+        if fp16 is not None:
+            mx.contrib.tensorrt.set_use_fp16(fp16)
+        barrier.wait()  # both threads have set (or not) before either binds
+        seen = settings.get_use_fp16()
+        trt_sym = sym.optimize_for("TensorRT", args=args, aux=aux, ctx=mx.cpu())
+        exe = trt_sym.simple_bind(mx.cpu(), data=SHAPE, grad_req="null")
+        results[name] = (seen, exe.forward(is_train=False, data=x)[0].asnumpy(), _engines(exe))
+
+    threads = [threading.Thread(target=run, args=("fp16", True)), threading.Thread(target=run, args=("default", None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["fp16"][0] is True and results["default"][0] is False
+    assert results["fp16"][2] >= 1 and results["default"][2] >= 1
+    np.testing.assert_allclose(results["default"][1], want, **FP32)
+    np.testing.assert_allclose(results["fp16"][1], want, **FP16)
+    assert not np.allclose(results["fp16"][1], want, rtol=1e-6, atol=1e-7)
+    assert settings.get_use_fp16() is False  # the fp16 thread did not change the main thread

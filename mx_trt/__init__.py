@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from mx_trt._version import __version__
 from mx_trt.artifacts import export_model, load
+from mx_trt.artifacts_onnx import export_onnx
 from mx_trt.errors import (
     BackendUnavailableError,
     CacheError,
@@ -25,6 +26,7 @@ from mx_trt.errors import (
     EngineRunError,
     MissingWeightError,
     MxTrtError,
+    NotConvertibleError,
     ParamMismatchError,
     ShapeError,
     UnsupportedOpError,
@@ -54,12 +56,12 @@ from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated
 from mx_trt.quantize import calibrate
 
 __all__ = [
-    "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
+    "__version__", "bind_info", "export_model", "export_onnx", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "NotConvertibleError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)

@@ -395,6 +395,30 @@ def _specs(graph: Any) -> List[Tuple[str, Tuple[Any, ...], str]]:
     return out
 
 
+def complete_shapes(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]]) -> Dict[str, Tuple[int, ...]]:
+    """``shapes`` plus those MXNet infers for the other inputs without a value (a training label, say).
+
+    Unknown ones are left out (the analysis then names them); O(one MXNet shape inference).
+    """
+    out = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
+    rest = [n for n in symbol.list_inputs() if n not in params and n not in out]
+    if not rest:
+        return out
+    known = {k: tuple(v.shape) for k, v in params.items()}
+    known.update(out)
+    try:
+        args, _, aux = symbol.infer_shape_partial(**{k: v for k, v in known.items() if k in set(symbol.list_inputs())})
+    except Exception:  # MXNet refuses the shapes: the analysis reports it
+        return out
+    inferred = dict(zip(symbol.list_arguments(), args or []))
+    inferred.update(zip(symbol.list_auxiliary_states(), aux or []))
+    for n in rest:
+        s = inferred.get(n)
+        if s and all(d > 0 for d in s):
+            out[n] = tuple(int(d) for d in s)
+    return out
+
+
 def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]], path: str, *,
                 type_dict: Optional[Mapping[str, Any]] = None, opset: int = EXPORT_OPSET, dynamic_batch: bool = True,
                 external_threshold: int = ONNX_MAX_BYTES, **options: Any) -> OnnxExport:
@@ -439,7 +463,7 @@ def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]]
     settings = export_settings(options)
     backend = target_backend(settings)
     name = os.path.splitext(os.path.basename(path))[0] or "model"
-    whole = whole_model(symbol, params, {k: tuple(int(d) for d in v) for k, v in shapes.items()}, settings, backend,
+    whole = whole_model(symbol, params, complete_shapes(symbol, params, shapes), settings, backend,
                         type_dict=type_dict, dynamic_batch=dynamic_batch, name=name)
     exported = whole.exported
     for unused in drop_unused_inputs(exported):

@@ -74,7 +74,8 @@ def _model_dir(repo: str, name: str) -> str:
 
 def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int) -> str:
-    """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``); returns the folder.
+    """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``, ``backend:
+    "onnxruntime"``: no Python); returns the folder.
 
     Raises:
         ServeError: the folder cannot be written.
@@ -83,7 +84,7 @@ def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
         folder = _model_dir(repo, name)
         save_onnx(exported, os.path.join(folder, "1", ONNX_FILE))
         with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances,
+            f.write(config_text(name, "onnxruntime", inputs, outputs, max_batch, max_queue_delay_us, instances,
                                 platform="onnxruntime_onnx"))
     except OSError as exc:
         raise ServeError(f"cannot write the ONNX model {name!r} into {repo}: {exc}") from exc

@@ -62,12 +62,14 @@ class WholeModel:
         static_reason: Why the model has a fixed batch, when a dynamic one was asked
             for and the graph does not allow it; ``None`` otherwise.
         int8: What was quantized (int8 exports only).
+        dropped: Inputs no operator reads (a training label), left out of the model.
     """
 
     exported: ExportedSubgraph
     plan: Plan
     static_reason: Optional[str] = None
     int8: Optional[Int8Report] = None
+    dropped: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -206,7 +208,8 @@ def whole_model(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Tup
         name: The ONNX graph's name.
 
     Returns:
-        The model with its outputs named as ``symbol.list_outputs()`` names them.
+        The model with its outputs named as ``symbol.list_outputs()`` names them; inputs that no
+        operator reads (a training label, whose shape MXNet infers) are left out.
 
     Raises:
         NotConvertibleError: some operators do not convert (each listed with its reason).
@@ -214,7 +217,8 @@ def whole_model(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Tup
         ShapeError, ConversionError, MxTrtError: the analysis or a converter failed.
     """
     settings = dataclasses.replace(settings, engine_rule="always", min_subgraph_size=1)  # everything, whatever its cost
-    plan = analyze(BindRequest(symbol, dict(shapes), params, settings, backend, type_dict=type_dict))
+    shapes = complete_shapes(symbol, params, shapes)
+    plan = analyze(BindRequest(symbol, shapes, params, settings, backend, type_dict=type_dict))
     refuse_unconvertible(plan)
     int8 = int8_setup(plan, settings, backend)
     graph = plan.graph
@@ -231,7 +235,7 @@ def whole_model(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Tup
     exported = exporter.export(name, nodes, ins, outs, graph, ranges)
     rename_outputs(exported, symbol.list_outputs())
     return WholeModel(exported, plan, exporter.static_reasons.get(name) if dynamic_batch else None,
-                      exporter.int8_reports.get(name))
+                      exporter.int8_reports.get(name), drop_unused_inputs(exported))
 
 
 def _tensor_names(graph: Any, into: Set[str]) -> None:
@@ -463,10 +467,10 @@ def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]]
     settings = export_settings(options)
     backend = target_backend(settings)
     name = os.path.splitext(os.path.basename(path))[0] or "model"
-    whole = whole_model(symbol, params, complete_shapes(symbol, params, shapes), settings, backend,
+    whole = whole_model(symbol, params, {k: tuple(int(d) for d in v) for k, v in shapes.items()}, settings, backend,
                         type_dict=type_dict, dynamic_batch=dynamic_batch, name=name)
     exported = whole.exported
-    for unused in drop_unused_inputs(exported):
+    for unused in whole.dropped:
         logger.info("%s: input %r is read by no operator (a training label?): left out of the ONNX model", path, unused)
     if whole.static_reason is not None:
         logger.info("%s: static batch %s, not batch-dynamic: %s", path, next(iter(shapes.values()))[0],

@@ -281,3 +281,24 @@ def test_bad_options_and_params_are_typed_errors(tmp_path):
         mx_trt.export_onnx(_cnn(), {}, {"data": (1, 3, 8, 8)}, str(tmp_path / "m.onnx"), fp17=True)
     with pytest.raises(ExportError, match="params must be"):
         mx_trt.export_onnx(_cnn(), [1, 2, 3], {"data": (1, 3, 8, 8)}, str(tmp_path / "m.onnx"))
+
+
+def test_tensorrt_rules_and_int8_form(tmp_path):
+    """``backend="tensorrt"``: TensorRT's support rules and its symmetric int8 (int8 zero points), run here by
+    ONNX Runtime; nothing is built, so TensorRT need not be installed."""
+    sym = _cnn()
+    params = _params(sym, {"data": (2, 3, 16, 16)})
+    rng = np.random.RandomState(3)
+    table = mx_trt.calibrate(sym, params, [{"data": rng.uniform(-1, 1, (2, 3, 16, 16)).astype("float32")}
+                                           for _ in range(4)], method="minmax", progress=False, backend="tensorrt")
+    result = mx_trt.export_onnx(sym, params, {"data": (2, 3, 16, 16)}, str(tmp_path / "trt.onnx"),
+                                backend="tensorrt", precision="int8", calibration=table)
+    assert result.backend == "tensorrt" and result.quantized
+    model = onnx.load(result.path)
+    zero_points = {n.input[2] for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2}
+    kinds = {t.data_type for t in model.graph.initializer if t.name in zero_points}
+    assert kinds == {onnx.TensorProto.INT8}, kinds
+    x = rng.uniform(-1, 1, (3, 3, 16, 16)).astype("float32")
+    got = run_without_mxnet(result.path, {"data": x}, str(tmp_path))["fc_output"]
+    want = native(sym, params, {"data": x})["fc_output"]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.1

@@ -473,8 +473,8 @@ def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]]
     for unused in whole.dropped:
         logger.info("%s: input %r is read by no operator (a training label?): left out of the ONNX model", path, unused)
     if whole.static_reason is not None:
-        logger.info("%s: static batch %s, not batch-dynamic: %s", path, next(iter(shapes.values()))[0],
-                    whole.static_reason)
+        batch = exported.input_specs[0][1][0] if exported.input_specs and exported.input_specs[0][1] else "?"
+        logger.info("%s: static batch %s, not batch-dynamic: %s", path, batch, whole.static_reason)
     convert_opset(exported, opset)
     data_path = save_onnx(exported, path, external_threshold)
     g = exported.model.graph

@@ -33,7 +33,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
                        description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
                                    "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
-                                   "without building anything.")
+                                   "without building anything. With --onnx OUT.onnx instead of OUTDIR: the whole "
+                                   "model as one ONNX file that runs without MXNet.")
     p.add_argument("outdir", metavar="OUTDIR", nargs="?", default=None, help="target folder (created)")
     add_max_batch(p)
     p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")

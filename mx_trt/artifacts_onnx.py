@@ -198,7 +198,7 @@ def whole_model(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Tup
 
     Args:
         symbol: The MXNet symbol.
-        params: Weights and aux states by name (NDArrays or numpy; not copied).
+        params: Weights and aux states by name (NDArrays or numpy; each read once, as a copy).
         shapes: Data input shapes; dimension 0 is the batch.
         settings: Options (precision, calibration, exclusions); the engine rule and the smallest
             subgraph size do not apply.
@@ -228,8 +228,8 @@ def whole_model(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Tup
     names = {graph.nodes[e.node].name for n in nodes for e in graph.nodes[n].inputs if e.node in absorbed}
     batch = next(iter(shapes.values()))[0] if shapes else 1
     ranges = [(1, batch, batch)] if dynamic_batch else []
-    # Copies, not views: the file is written once, and a copy is read when it is made, whatever MXNet's
-    # engine does later with the caller's arrays.
+    # Copies (asnumpy), not views: a CPU NDArray that oneDNN holds in its blocked layout (a Gluon weight
+    # after an imperative forward) gave a view of the blocked bytes here; asnumpy reorders.
     exporter = SubgraphExporter(symbol, shapes, params, graph, LazyWeights(params, names, to_numpy), settings.fp16, ranges,
                                 int8.export if int8 is not None else None)
     exported = exporter.export(name, nodes, ins, outs, graph, ranges)

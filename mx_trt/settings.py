@@ -354,9 +354,9 @@ class Settings:
         precision = _env_choice("MXNET_TENSORRT_PRECISION", "", ("fp32", "fp16", "int8"))
         fp16 = get_use_fp16()
         if precision == "int8" and fp16:
-            raise PrecisionConflictError(
-                "MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are both set: "
-                "int8 engines keep their float layers in fp32; ask for one precision")
+            # A bad environment: one warning and a native bind, like any other (a typed error under strict).
+            raise MxTrtError("MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are "
+                             "both set: int8 engines keep their float layers in fp32; ask for one precision")
         if precision:
             fp16 = precision == "fp16"
         return cls(

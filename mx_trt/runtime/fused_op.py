@@ -480,12 +480,16 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     """
     import mxnet as mx
 
-    native_forward, native_reshape = exe.forward, exe.reshape
-    engines = list(engines)
+    # The wrappers hold the executor weakly: a cycle through it would keep it, and its
+    # engines, alive until a garbage collection.
+    cls, ref, engines = type(exe), weakref.ref(exe), list(engines)
 
     def forward(is_train: bool = False, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
         try:
-            outs = native_forward(is_train=is_train, **kwargs)
+            outs = cls.forward(me, is_train=is_train, **kwargs)
             for o in outs:
                 o.wait_to_read()
         except mx.base.MXNetError:
@@ -496,21 +500,24 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
         return outs
 
     def reshape(*args: Any, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
         try:
-            new = native_reshape(*args, **kwargs)
+            new = cls.reshape(me, *args, **kwargs)
         except mx.base.MXNetError:
             err = take_error(engines)
             if err is None:
                 raise
             raise err from None
         guard_forward(new, engines)
-        info = getattr(exe, "_mx_trt", None)
+        info = getattr(me, "_mx_trt", None)
         if info is not None and getattr(new, "_mx_trt", None) is None:
             new._mx_trt = info
         return new
 
-    forward.__doc__ = native_forward.__doc__
-    reshape.__doc__ = native_reshape.__doc__
+    forward.__doc__ = cls.forward.__doc__
+    reshape.__doc__ = cls.reshape.__doc__
     exe.forward = forward
     exe.reshape = reshape
 

@@ -35,8 +35,14 @@ def assert_engines_built(executor: Any) -> List[FusedEngine]:
 
 
 def assert_engines_ran(executor: Any) -> List[FusedEngine]:
-    """Fail unless the executor holds engines and every one of them has run a forward; returns them."""
+    """Fail unless the executor holds engines and every one of them has run a forward; returns them.
+
+    Waits for MXNet's queued work first: ``forward`` returns before the operators have run.
+    """
+    import mxnet as mx
+
     engines = assert_engines_built(executor)
+    mx.nd.waitall()
     idle = [e.name for e in engines if e.run_count == 0]
     assert not idle, f"engines built but never run: {idle}"
     return engines

@@ -15,9 +15,12 @@
 # specific language governing permissions and limitations
 # under the License.
 
+# Ported from apache/mxnet 1.4.1, tests/python/tensorrt/lenet5_common.py. Changed: only the import
+# of common.py, which is a module of this package here.
+
 import numpy as np
 import mxnet as mx
-from common import *
+from tests.compat.v14.common import *
 
 def get_iters(mnist, batch_size):
     """Get MNIST iterators."""

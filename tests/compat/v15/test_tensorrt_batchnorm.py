@@ -15,8 +15,18 @@
 # specific language governing permissions and limitations
 # under the License.
 
+# Ported from apache/mxnet 1.5.1, tests/python/tensorrt/test_tensorrt_batchnorm.py (a convolution followed by BatchNorm with fix_gamma=True;
+# the API of MXNet 1.5 to 1.7: Symbol.get_backend_symbol('TensorRT') and
+# mx.contrib.tensorrt.init_tensorrt_params; MXNet 1.6 dropped this file). Changed for a CPU machine:
+# - the context: mx.gpu() -> mx.cpu();
+# - the TensorRT executor must have built engines and run them (tests.compat.engines).
+# The comparison and its tolerances (rtol 1e-4, atol 1e-4) are the original's. As in the original,
+# the dicts given to init_tensorrt_params are then given whole to copy_params_from (MXNet's
+# init_tensorrt_params removed the weights it attached from the dicts it was given).
+
 import mxnet as mx
 from mxnet.test_utils import assert_almost_equal
+from tests.compat.engines import assert_engines_ran
 
 def get_params():
     arg_params = {}
@@ -44,10 +54,10 @@ def test_batch_norm_runs_correctly_with_fix_gamma():
 
     mx.contrib.tensorrt.init_tensorrt_params(sym_trt, arg_params_trt, aux_params_trt)
 
-    executor = sym.simple_bind(ctx=mx.gpu(), data=(1, 1, 3, 3), grad_req='null', force_rebind=True)
+    executor = sym.simple_bind(ctx=mx.cpu(), data=(1, 1, 3, 3), grad_req='null', force_rebind=True)
     executor.copy_params_from(arg_params, aux_params)
 
-    executor_trt = sym_trt.simple_bind(ctx=mx.gpu(), data=(1, 1, 3, 3), grad_req='null',
+    executor_trt = sym_trt.simple_bind(ctx=mx.cpu(), data=(1, 1, 3, 3), grad_req='null',
                                   force_rebind=True)
     executor_trt.copy_params_from(arg_params_trt, aux_params_trt)
 
@@ -55,6 +65,7 @@ def test_batch_norm_runs_correctly_with_fix_gamma():
 
     y = executor.forward(is_train=False, data=input_data)
     y_trt = executor_trt.forward(is_train=False, data=input_data)
+    assert_engines_ran(executor_trt)
 
     print(y[0].asnumpy())
     print(y_trt[0].asnumpy())

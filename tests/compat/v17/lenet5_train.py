@@ -18,9 +18,23 @@
 # specific language governing permissions and limitations
 # under the License.
 
+# Ported from apache/mxnet 1.7.0, tests/python/tensorrt/lenet5_train.py. MXNet's CI ran this script
+# before the tests, to train LeNet-5 on MNIST and save the checkpoint that test_tensorrt_lenet5.py
+# loads. In 1.7 the network computes in float16 (a Cast after the data, another before the loss).
+# Changed for a CPU machine with no network:
+# - the context: mx.gpu(0) -> mx.cpu();
+# - the data: scikit-learn's digits stand in for MNIST (tests.compat.standin.get_mnist: 1,437
+#   training and 360 test images, 8x8 upsampled and padded to 28x28), since MNIST is a download;
+# - 20 epochs instead of 10, as in the 1.4 port (tests/compat/v14/lenet5_train.py: the stand-in has
+#   1/40 of MNIST's images; 10 epochs did not reach the script's own 95% check with the float32 net);
+# - the script's body is main(), which test_tensorrt_lenet5.py calls, and it seeds numpy and MXNet.
+# The network, the optimizer, its settings and the accuracy check are the original's. MXNet cannot
+# train this float16 network on a CPU ("FP16 gemm on cpu not implemented"): see test_tensorrt_lenet5.py.
+
 import os
 import mxnet as mx
 import numpy as np
+from tests.compat.standin import SEED, get_mnist
 
 def get_iters(mnist, batch_size):
     """Get MNIST iterators."""
@@ -62,7 +76,7 @@ def lenet5():
 
 def train_lenet5(num_epochs, batch_size, train_iter, val_iter, test_iter):
     """train LeNet-5 model on MNIST data"""
-    ctx = mx.gpu(0)
+    ctx = mx.cpu()
     lenet_model = mx.mod.Module(lenet5(), context=ctx)
 
     lenet_model.fit(train_iter,
@@ -81,8 +95,8 @@ def train_lenet5(num_epochs, batch_size, train_iter, val_iter, test_iter):
     return lenet_model
 
 
-if __name__ == '__main__':
-    num_epochs = 10
+def main():
+    num_epochs = 20
     batch_size = 128
     model_name = 'lenet5'
     model_dir = os.getenv("LENET_MODEL_DIR", "/tmp")
@@ -90,10 +104,16 @@ if __name__ == '__main__':
     params_file = '%s/%s-%04d.params' % (model_dir, model_name, num_epochs)
 
     if not (os.path.exists(model_file) and os.path.exists(params_file)):
-        mnist = mx.test_utils.get_mnist()
+        np.random.seed(SEED)
+        mx.random.seed(SEED)
+        mnist = get_mnist()
 
         _, _, _, all_test_labels = get_iters(mnist, batch_size)
 
         trained_lenet = train_lenet5(num_epochs, batch_size,
                                     *get_iters(mnist, batch_size)[:-1])
         trained_lenet.save_checkpoint(model_name, num_epochs)
+
+
+if __name__ == '__main__':
+    main()

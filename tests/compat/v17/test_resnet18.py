@@ -15,19 +15,32 @@
 # specific language governing permissions and limitations
 # under the License.
 
+# Ported from apache/mxnet 1.7.0, tests/python/tensorrt/test_resnet18.py (the API of MXNet 1.5 to
+# 1.7: get_backend_symbol('TensorRT'), init_tensorrt_params, set_use_fp16). Changed for a CPU
+# machine with no network:
+# - the context: mx.gpu() -> mx.cpu();
+# - pretrained=True -> seeded weights (tests.compat.standin.seeded_net: Xavier, BatchNorm
+#   statistics measured on image-like data);
+# - the cat picture (a download) -> one seeded image-like random 224x224 image scaled to [0, 1] as
+#   get_image scaled the picture (get_image keeps its signature and ignores the address);
+# - both TensorRT executors (fp16, fp32) must have built engines and run them (tests.compat.engines).
+# The comparisons and their tolerances (fp16: rtol 1e-1, atol 1e-2; fp32: rtol 1e-4, atol 1e-4)
+# are the original's.
+
 from mxnet.gluon.model_zoo import vision
 from mxnet.test_utils import assert_almost_equal
 import mxnet as mx
 import numpy as np
 import os
+from tests.compat.engines import assert_engines_ran
+from tests.compat.standin import SEED, image_like_uint8, seeded_net
 
 batch_shape = (1, 3, 224, 224)
 url = 'https://github.com/dmlc/web-data/blob/master/mxnet/doc/tutorials/python/predict_image/cat.jpg?raw=true'
 model_file_name = 'resnet18_v2_trt_test'
 
 def get_image(image_url):
-    fname = mx.test_utils.download(image_url, fname=image_url.split('/')[-1].split('?')[0])
-    img = mx.image.imread(fname)
+    img = mx.nd.array(image_like_uint8(1, 224, SEED)[0], dtype=np.uint8)
     img = mx.image.imresize(img, 224, 224)  # Resize
     img = img.transpose((2, 0, 1))  # Channel first
     img = img.expand_dims(axis=0)  # Batchify
@@ -37,13 +50,13 @@ def get_image(image_url):
 def test_tensorrt_resnet18_feature_vect():
     print("downloading sample input")
     input_data = get_image(url)
-    gluon_resnet18 = vision.resnet18_v2(pretrained=True)
+    gluon_resnet18 = seeded_net(vision.resnet18_v2(pretrained=False), 'resnet18_v2', batch_shape)
     gluon_resnet18.hybridize()
     gluon_resnet18.forward(input_data)
     gluon_resnet18.export(model_file_name)
     sym, arg_params, aux_params = mx.model.load_checkpoint(model_file_name, 0)
 
-    executor = sym.simple_bind(ctx=mx.gpu(), data=batch_shape,
+    executor = sym.simple_bind(ctx=mx.cpu(), data=batch_shape,
                                grad_req='null', force_rebind=True)
     executor.copy_params_from(arg_params, aux_params)
     y = executor.forward(is_train=False, data=input_data)
@@ -52,15 +65,17 @@ def test_tensorrt_resnet18_feature_vect():
     original_precision_value = mx.contrib.tensorrt.get_use_fp16()
     try:
         mx.contrib.tensorrt.set_use_fp16(True)
-        executor = trt_sym.simple_bind(ctx=mx.gpu(), data=batch_shape,
+        executor = trt_sym.simple_bind(ctx=mx.cpu(), data=batch_shape,
                                        grad_req='null', force_rebind=True)
         executor.copy_params_from(arg_params, aux_params)
         y_trt = executor.forward(is_train=False, data=input_data)
+        assert_engines_ran(executor)
         mx.contrib.tensorrt.set_use_fp16(False)
-        executor = trt_sym.simple_bind(ctx=mx.gpu(), data=batch_shape,
+        executor = trt_sym.simple_bind(ctx=mx.cpu(), data=batch_shape,
                                        grad_req='null', force_rebind=True)
         executor.copy_params_from(arg_params, aux_params)
         y_trt_fp32 = executor.forward(is_train=False, data=input_data)
+        assert_engines_ran(executor)
         no_trt_output = y[0].asnumpy()[0]
         trt_output = y_trt[0].asnumpy()[0]
         trt_fp32_output = y_trt_fp32[0].asnumpy()[0]

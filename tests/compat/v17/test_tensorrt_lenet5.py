@@ -15,13 +15,41 @@
 # specific language governing permissions and limitations
 # under the License.
 
+# Ported from apache/mxnet 1.7.0, tests/python/tensorrt/test_tensorrt_lenet5.py (the API of
+# MXNet 1.5 to 1.7: get_backend_symbol('TensorRT') and init_tensorrt_params). Changed for a CPU
+# machine with no network:
+# - the context: mx.gpu(0) -> mx.cpu();
+# - the data: scikit-learn's digits stand in for MNIST (tests.compat.standin.get_mnist), and the
+#   LeNet-5 checkpoint that MXNet's CI made by running lenet5_train.py first is made by the fixture
+#   below, which runs that script's code (lenet5_train.main) on the stand-in data, for 20 epochs
+#   (see lenet5_train.py), so the checkpoint loaded is lenet5-0020;
+# - num_ex, the number of test images, is the stand-in's 360 instead of MNIST's 10,000 (see the
+#   1.4 port, tests/compat/v14/test_tensorrt_lenet5.py);
+# - check_tensorrt_installation() checks mx_trt's CPU backend instead of looking for libnvinfer;
+# - the TensorRT executor must have built engines and run them (tests.compat.engines).
+# The accuracy comparison and its tolerance (3e-2 percentage points) are the original's.
+#
+# Expected to fail: the 1.7 LeNet-5 computes in float16 (lenet5_train.py), and MXNet cannot train
+# it on a CPU: Module.fit fails in the fixture with "FP16 gemm on cpu not implemented" before any
+# TensorRT code runs (MXNet's float16 FullyConnected has no CPU implementation).
+
 import os
 import numpy as np
 import mxnet as mx
-from ctypes.util import find_library
+import pytest
+from tests.compat.engines import assert_engines_ran
+from tests.compat.standin import check_cpu_backend, get_mnist
+from tests.compat.v17 import lenet5_train
 
 def check_tensorrt_installation():
-    assert find_library('nvinfer') is not None, "Can't find the TensorRT shared library"
+    check_cpu_backend()
+
+
+@pytest.fixture
+def lenet5_checkpoint(monkeypatch, tmp_path):
+    """What MXNet's CI did before these tests: `tests/python/tensorrt/lenet5_train.py`."""
+    monkeypatch.setenv("LENET_MODEL_DIR", str(tmp_path))
+    lenet5_train.main()
 
 def get_iters(mnist, batch_size):
     """Get MNIST iterators."""
@@ -50,7 +78,7 @@ def run_inference(sym, arg_params, aux_params, mnist, all_test_labels, batch_siz
         type_dict[k] = v.dtype
     for k, v in aux_params.items():
         type_dict[k] = v.dtype
-    executor = _sym.simple_bind(ctx=mx.gpu(0),
+    executor = _sym.simple_bind(ctx=mx.cpu(),
                                 type_dict=type_dict,
                                 data=data_size,
                                 softmax_label=(batch_size,),
@@ -60,7 +88,7 @@ def run_inference(sym, arg_params, aux_params, mnist, all_test_labels, batch_siz
 
     # Get this value from all_test_labels
     # Also get classes from the dataset
-    num_ex = 10000
+    num_ex = len(all_test_labels)
     all_preds = np.zeros([num_ex, 10])
     test_iter = mx.io.NDArrayIter(mnist['test_data'], mnist['test_label'], batch_size)
 
@@ -74,6 +102,9 @@ def run_inference(sym, arg_params, aux_params, mnist, all_test_labels, batch_siz
         all_preds[offset:offset+extent, :] = executor.outputs[0].asnumpy()[:extent]
         example_ct += extent
 
+    if use_tensorrt:
+        assert_engines_ran(executor)
+
     all_preds = np.argmax(all_preds, axis=1)
     matches = (all_preds[:example_ct] == all_test_labels[:example_ct]).sum()
 
@@ -82,11 +113,14 @@ def run_inference(sym, arg_params, aux_params, mnist, all_test_labels, batch_siz
     return percentage
 
 
-def test_tensorrt_inference():
+@pytest.mark.xfail(strict=True, raises=mx.base.MXNetError,
+                   reason="MXNet cannot train the float16 LeNet-5 of 1.7 on a CPU: "
+                          "'FP16 gemm on cpu not implemented' in lenet5_train.py's Module.fit")
+def test_tensorrt_inference(lenet5_checkpoint):
     """Run LeNet-5 inference comparison between MXNet and TensorRT."""
     check_tensorrt_installation()
-    mnist = mx.test_utils.get_mnist()
-    num_epochs = 10
+    mnist = get_mnist()
+    num_epochs = 20
     batch_size = 128
     model_name = 'lenet5'
     model_dir = os.getenv("LENET_MODEL_DIR", "/tmp")

@@ -26,12 +26,15 @@ from mx_trt.errors import (
     MissingWeightError,
     MxTrtError,
     ParamMismatchError,
+    TrainingNotSupportedError,
     ShapeError,
     UnsupportedOpError,
 )
 from mx_trt.export.calibration import CalibrationTable, load_table
 from mx_trt.export.converters.user import register_converter, unregister_converter
 from mx_trt.export.plugins import HostFunction, register_plugin, unregister_plugin
+from mx_trt.frontends import contrib as _contrib
+from mx_trt.frontends import deferred as _deferred
 from mx_trt.frontends import gluon as _gluon
 from mx_trt.frontends import hook as _hook
 from mx_trt.frontends import module as _module
@@ -59,10 +62,12 @@ __all__ = [
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "TrainingNotSupportedError",
+    "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)
-for _install in (_symbol.install, _module.install, _gluon.install):  # the other front-ends, once mxnet is hooked
+_hook.set_deferred_bind(_deferred.is_deferred, _deferred.deferred_simple_bind)
+for _install in (_symbol.install, _module.install, _gluon.install, _contrib.install_module):  # the other front-ends, once mxnet is hooked
     _hook.add_installer(_install)
 _hook.install_when_mxnet_imported()

@@ -60,3 +60,7 @@ class CalibrationError(MxTrtError):
     An explicit request that cannot be honoured: the bind raises it whether or not
     ``MXNET_TENSORRT_STRICT`` is set, rather than run in another precision.
     """
+
+
+class TrainingNotSupportedError(MxTrtError):
+    """A TensorRT bind asked for gradients (``tensorrt_bind(..., grad_req='write')``): engines are inference-only."""

@@ -147,6 +147,56 @@ def env_override(values: Mapping[str, Optional[str]]) -> Iterator[None]:
         apply(old)
 
 
+#: MXNet's own variable naming a subgraph backend for every bind; ``TensorRT`` turns the pass on (MXNet 1.5 to 1.9).
+SUBGRAPH_BACKEND_ENV = "MXNET_SUBGRAPH_BACKEND"
+_mask_lock = threading.Lock()
+_mask_depth = 0
+_mask_saved: Optional[str] = None
+
+
+def subgraph_backend_is_tensorrt() -> bool:
+    """True when ``MXNET_SUBGRAPH_BACKEND`` names TensorRT (any case), as MXNet 1.5 to 1.9 users set it.
+
+    While :func:`masked_subgraph_backend` hides it from MXNet, the value it hides is read.
+    """
+    raw = _mask_saved if _mask_saved is not None else os.environ.get(SUBGRAPH_BACKEND_ENV, "")
+    return raw.strip().lower() == "tensorrt"
+
+
+@contextlib.contextmanager
+def masked_subgraph_backend() -> Iterator[None]:
+    """MXNet's own binds inside this block see ``MXNET_SUBGRAPH_BACKEND=NONE`` if it named TensorRT.
+
+    MXNet reads the variable at every executor it creates and has no subgraph
+    backend called TensorRT (it would raise "SubgraphProperty TensorRT is not
+    found"): the pass is what answers to that name. Other values (MKLDNN, ...)
+    are left alone. The variable is process-wide, so nested and concurrent
+    blocks share one masking, undone when the last one leaves.
+    """
+    global _mask_depth, _mask_saved
+    with _mask_lock:
+        if _mask_depth == 0:
+            if not subgraph_backend_is_tensorrt():
+                masked = False
+            else:
+                _mask_saved = os.environ[SUBGRAPH_BACKEND_ENV]
+                os.environ[SUBGRAPH_BACKEND_ENV] = "NONE"
+                masked = True
+        else:
+            masked = True
+        if masked:
+            _mask_depth += 1
+    try:
+        yield
+    finally:
+        if masked:
+            with _mask_lock:
+                _mask_depth -= 1
+                if _mask_depth == 0 and _mask_saved is not None:
+                    os.environ[SUBGRAPH_BACKEND_ENV] = _mask_saved
+                    _mask_saved = None
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -219,6 +269,9 @@ class Settings:
             float inside int8 engines (``MXNET_TENSORRT_INT8_EXCLUDE_OPS`` / ``_NODES``).
         int8_keep_output_layer: Keep the last classifier layer(s) in float
             (``MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER``).
+        calibration_iters: With ``int8`` and no table, MXNet 1.9.1's way: the executor's
+            first N forwards run natively and calibrate, then the int8 engines are built
+            (``MXNET_TENSORRT_CALIBRATION_ITERS``, the ``calibration_iters`` option).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -235,6 +288,7 @@ class Settings:
     int8_exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
     int8_exclude_nodes: FrozenSet[str] = field(default_factory=frozenset)
     int8_keep_output_layer: bool = False
+    calibration_iters: int = 0
 
     @property
     def precision(self) -> str:
@@ -281,13 +335,15 @@ class Settings:
             int8_exclude_ops=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_OPS"),
             int8_exclude_nodes=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_NODES"),
             int8_keep_output_layer=_env_bool("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", False),
+            calibration_iters=env_int("MXNET_TENSORRT_CALIBRATION_ITERS", 0, 0, INT32_MAX),
         )
 
     def check_int8(self) -> None:
         """Raise :class:`~mx_trt.errors.CalibrationError` when int8 is asked for without a calibration table."""
-        if self.int8 and self.calibration is None:
+        if self.int8 and self.calibration is None and not self.calibration_iters:
             raise CalibrationError("int8 engines need a calibration table: set MXNET_TENSORRT_CALIBRATION (or the "
-                                   "calibration option) to a table written by mx_trt.calibrate")
+                                   "calibration option) to a table written by mx_trt.calibrate, or calibrate on the "
+                                   "first forwards with calibration_iters=N")
 
     def with_options(self, options: Mapping[str, Any], where: str = "backend options") -> "Settings":
         """These settings with explicit options applied (an explicit option wins over the environment).
@@ -454,4 +510,5 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "int8_exclude_ops": _opt_names("int8_exclude_ops"),
     "int8_exclude_nodes": _opt_names("int8_exclude_nodes"),
     "int8_keep_output_layer": _opt_bool("int8_keep_output_layer"),
+    "calibration_iters": _opt_int("calibration_iters", 0),
 }

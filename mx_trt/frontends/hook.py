@@ -16,9 +16,10 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mx_trt.errors import MxTrtError
+from mx_trt.settings import masked_subgraph_backend, subgraph_backend_is_tensorrt
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ _original_copy_params: Optional[Any] = None
 #: the signature of ``Symbol.simple_bind`` with the symbol first.
 AcceleratedBind = Callable[..., Any]
 _accelerated: Optional[AcceleratedBind] = None
+#: ``(is_deferred(symbol), bind)``: symbols that carry their TensorRT request (``get_backend_symbol``,
+#: ``optimize_for`` without shapes) bind through ``bind``, whatever the switch says.
+_deferred: Optional[Tuple[Callable[[Any], bool], AcceleratedBind]] = None
+#: ``set_use_tensorrt``'s value for the whole process (``None``: the environment decides).
+_use_override: Optional[bool] = None
 #: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
 _installers: List[Callable[[], None]] = []
 
@@ -49,6 +55,18 @@ def set_accelerated_bind(fn: AcceleratedBind) -> None:
     """
     global _accelerated
     _accelerated = fn
+
+
+def set_deferred_bind(is_deferred: Callable[[Any], bool], fn: AcceleratedBind) -> None:
+    """Install the bind of symbols that carry their own TensorRT request (same signature as :func:`set_accelerated_bind`)."""
+    global _deferred
+    _deferred = (is_deferred, fn)
+
+
+def set_use_tensorrt(status: Optional[bool]) -> None:
+    """The switch for every thread of the process, over the environment (``None``: the environment decides again)."""
+    global _use_override
+    _use_override = None if status is None else bool(status)
 
 
 def add_installer(fn: Callable[[], None]) -> None:
@@ -85,11 +103,17 @@ def env_enabled() -> bool:
 
 
 def pass_enabled() -> bool:
-    """The effective switch: the environment, unless a :func:`disabled`/:func:`forced` block overrides it."""
+    """The effective switch: a :func:`disabled`/:func:`forced` block, else :func:`set_use_tensorrt`, else the environment.
+
+    The environment turns the pass on with ``MXNET_USE_TENSORRT=1`` or, as in
+    MXNet 1.5 to 1.9, ``MXNET_SUBGRAPH_BACKEND=TensorRT``.
+    """
     forced = getattr(_local, "forced", None)
     if forced is not None:
         return bool(forced)
-    return env_enabled()
+    if _use_override is not None:
+        return _use_override
+    return env_enabled() or subgraph_backend_is_tensorrt()
 
 
 @contextlib.contextmanager
@@ -158,12 +182,24 @@ def install() -> None:
 
         sym_cls = mx.symbol.Symbol
         exe_cls = mx.executor.Executor
-        _original_simple_bind = sym_cls.simple_bind
+        real_simple_bind = sym_cls.simple_bind
+
+        def native_simple_bind(*args: Any, **kwargs: Any) -> Any:
+            with masked_subgraph_backend():  # MXNet itself has no 'TensorRT' subgraph backend
+                return real_simple_bind(*args, **kwargs)
+
+        native_simple_bind.__wrapped__ = real_simple_bind  # type: ignore[attr-defined]
+        _original_simple_bind = native_simple_bind
         _original_copy_params = exe_cls.copy_params_from
 
         def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
                         group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
                         shared_buffer: Any = None, **kwargs: Any) -> Any:
+            deferred = _deferred
+            if deferred is not None and deferred[0](self):
+                return deferred[1](
+                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
             if pass_enabled():
                 accelerated = _accelerated
                 if accelerated is None:
@@ -175,8 +211,8 @@ def install() -> None:
                                          group2ctx=group2ctx, shared_arg_names=shared_arg_names,
                                          shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
 
-        simple_bind.__doc__ = _original_simple_bind.__doc__
-        simple_bind.__wrapped__ = _original_simple_bind  # type: ignore[attr-defined]
+        simple_bind.__doc__ = real_simple_bind.__doc__
+        simple_bind.__wrapped__ = real_simple_bind  # type: ignore[attr-defined]
 
         def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None, allow_extra_params: bool = False) -> Any:
             info = getattr(self, "_mx_trt", None)

@@ -54,19 +54,23 @@ from mx_trt.frontends.contrib import (
     tensorrt_bind,
 )
 from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated_simple_bind
+from mx_trt.frontends import common as _common
 from mx_trt.quantize import calibrate
+from mx_trt.quantize.online import calibrating_bind as _calibrating_bind
+from mx_trt.quantize.online import calibration_table
 
 __all__ = [
     "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
-    "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
+    "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "calibration_table", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
     "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "TrainingNotSupportedError",
     "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)
+_common.set_calibrating_bind(_calibrating_bind)
 _hook.set_deferred_bind(_deferred.is_deferred, _deferred.deferred_simple_bind)
 for _install in (_symbol.install, _module.install, _gluon.install, _contrib.install_module):  # the other front-ends, once mxnet is hooked
     _hook.add_installer(_install)

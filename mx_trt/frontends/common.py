@@ -37,6 +37,32 @@ def strict_env() -> bool:
 
 _scoped = threading.local()
 
+#: ``request -> executor`` for int8 binds that calibrate on their first forwards
+#: (:func:`mx_trt.quantize.online.calibrating_bind`, handed in by the package root).
+_calibrating_bind: Optional[Callable[[Any], Any]] = None
+
+
+def set_calibrating_bind(fn: Callable[[Any], Any]) -> None:
+    """Install the bind used for ``precision='int8'`` with ``calibration_iters`` and no table."""
+    global _calibrating_bind
+    _calibrating_bind = fn
+
+
+def calibrates_on_forwards(settings: Settings) -> bool:
+    """True when a bind with these settings calibrates on its first forwards (int8, no table, ``calibration_iters``)."""
+    return settings.int8 and settings.calibration is None and settings.calibration_iters > 0
+
+
+def calibrating_bind(request: Any) -> Any:
+    """The executor that calibrates on its first forwards, then runs int8 engines.
+
+    Raises:
+        MxTrtError: no calibrating bind is installed (import mx_trt).
+    """
+    if _calibrating_bind is None:
+        raise MxTrtError("calibration_iters needs mx_trt's calibrating bind (import mx_trt)")
+    return _calibrating_bind(request)
+
 
 @contextlib.contextmanager
 def scoped_options(options: Mapping[str, Any]) -> Iterator[None]:

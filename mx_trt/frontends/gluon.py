@@ -79,7 +79,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import MxTrtError
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt.frontends.common import (
+    NativeFallback,
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    guarded,
+)
 from mx_trt.pipeline.bind import BindInfo, bind, bind_optimized
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import digest
@@ -405,6 +412,11 @@ class AcceleratedCachedOp:
         request = BindRequest(symbol=self._symbol, shapes=shapes, params=params, settings=self.settings,
                               backend=call_backend(ctx, self.settings), ctx=ctx, type_dict=types,
                               native_bind=hook.original_simple_bind())
+        if calibrates_on_forwards(self.settings):  # MXNet 1.9.1's calibration_iters: native first, int8 after
+            exe = calibrating_bind(request)
+            info = BindInfo(symbol=self._symbol, original=self._symbol, plan=None, engines=[], absorbed={})  # type: ignore[arg-type]
+            self.passes += 1
+            return _Entry(exe, info, request, self._data_inputs, None)
         exe, info = bind(request)
         self.passes += 1
         logger.info("%s: %d engine(s) for inputs %s (%d weight(s) baked in, %d built)", self.name, len(info.engines),

@@ -48,7 +48,14 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 import numpy as np
 
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt.frontends.common import (
+    NativeFallback,
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    guarded,
+)
 from mx_trt.pipeline.bind import bind as pipeline_bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import digest
@@ -326,6 +333,8 @@ def _build(group: Any, state: _GroupState, i: int, sig: Signature) -> Any:
     request = BindRequest(symbol=group.symbol, shapes={n: s for n, s, _ in sig}, params=params, settings=settings,
                           backend=call_backend(ctx, settings), ctx=ctx, type_dict={n: t for n, _, t in sig},
                           native_bind=hook.original_simple_bind())
+    if calibrates_on_forwards(settings):  # MXNet 1.9.1's calibration_iters: native first, int8 after
+        return calibrating_bind(request)
     exe, info = pipeline_bind(request)
     logger.info("Module on %s, inputs %s: %d engine(s), %d weight(s) baked in (%d built, %d loaded, %d reused)",
                 ctx, [s for _, s, _ in sig], len(info.engines), len(info.absorbed), info.builds, info.loads,

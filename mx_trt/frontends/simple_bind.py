@@ -11,7 +11,15 @@ import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import call_backend, call_settings, grad_requests, guarded, load_weights
+from mx_trt.frontends.common import (
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    grad_requests,
+    guarded,
+    load_weights,
+)
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.runtime.fused_op import holds_fused_nodes
@@ -103,6 +111,8 @@ def accelerated_simple_bind(
         request = BindRequest(symbol=sym, shapes=shape_keywords(sym, kwargs), params=dict(shared_buffer),
                               settings=settings, backend=call_backend(ctx, settings), ctx=ctx, type_dict=type_dict,
                               native_bind=original, shared_arg_names=shared_arg_names, shared_exec=shared_exec)
+        if calibrates_on_forwards(settings):
+            return calibrating_bind(request)
         return bind(request)[0]
 
     return guarded("simple_bind", accelerated, native, fallback="binding natively")

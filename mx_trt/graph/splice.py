@@ -111,8 +111,8 @@ def region_json(data: Mapping[str, Any], region: Region, bound: Boundary) -> str
     ids: Dict[int, int] = {}
     for nid in sorted(region.nodes):
         node = dict(nodes[nid])
-        node["inputs"] = [list(remap[(int(e[0]), int(e[1]))]) if int(e[0]) not in ids
-                          else [ids[int(e[0])], int(e[1]), 0] for e in node["inputs"]]
+        node["inputs"] = [[remap[(int(e[0]), int(e[1]))][0], 0, int(e[2]) if len(e) > 2 else 0]
+                          if int(e[0]) not in ids else [ids[int(e[0])], int(e[1]), 0] for e in node["inputs"]]
         ids[nid] = len(new_nodes)
         new_nodes.append(node)
     heads = [[ids[src], idx, 0] for src, idx in bound.outputs]
@@ -144,6 +144,11 @@ def collapse(data: Mapping[str, Any], regions: Sequence[Region],
         ValueError: the contracted graph has a cycle.
     """
     nodes = data["nodes"]
+    version: Dict[Tuple[int, int], int] = {}  # MXNet's JSON marks mutated inputs (aux states) with a version
+    for node in nodes:
+        for e in node["inputs"]:
+            if len(e) > 2 and int(e[2]):
+                version[(int(e[0]), int(e[1]))] = int(e[2])
     owner: Dict[int, int] = {}
     for r, region in enumerate(regions):
         for nid in region.nodes:
@@ -197,7 +202,7 @@ def collapse(data: Mapping[str, Any], regions: Sequence[Region],
         if src in owner:
             r = owner[src]
             return [new_id[("r", r)], made[r][1][(src, idx)], 0]
-        return [new_id[("n", src)], idx, 0]
+        return [new_id[("n", src)], idx, version.get((src, idx), 0)]
 
     out_nodes: List[Dict[str, Any]] = []
     for u in order:
@@ -236,7 +241,7 @@ def expand(data: Mapping[str, Any], subgraph_of: Callable[[Mapping[str, Any]], O
     def entry(e: Sequence[int]) -> JsonEntry:
         src, idx = int(e[0]), int(e[1])
         if src in plain:
-            return [plain[src], idx, 0]
+            return [plain[src], idx, int(e[2]) if len(e) > 2 else 0]
         if (src, idx) not in placed:
             raise ValueError(f"node {src} output {idx} is used but not produced")
         return list(placed[(src, idx)])
@@ -261,7 +266,8 @@ def expand(data: Mapping[str, Any], subgraph_of: Callable[[Mapping[str, Any]], O
         def local(e: Sequence[int]) -> JsonEntry:
             sid, k = int(e[0]), int(e[1])
             if sid in variables:
-                return list(variables[sid])
+                outer = variables[sid]
+                return [outer[0], outer[1], max(int(outer[2]), int(e[2]) if len(e) > 2 else 0)]
             if sid not in ops:
                 raise ValueError(f"placeholder {node.get('name')!r}: region entry {sid} is not produced")
             return [ops[sid], k, 0]

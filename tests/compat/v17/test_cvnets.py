@@ -29,6 +29,14 @@
 #   a 2-core CPU (the deeper ResNets, the WideResNets and the ResNeXt differ only in size);
 # - the TensorRT executor must have built engines and run them (tests.compat.engines).
 # The accuracy comparison and its tolerance (0.1 percentage points) are the original's.
+#
+# Expected to fail, on cifar_resnet20_v2 only (cifar_resnet20_v1 is checked first and must pass):
+# native MXNet 1.9.1 computes cifar_resnet20_v2 wrongly on a CPU in an inference bind
+# (grad_req='null', as here; the 1.4 file binds the MXNet run with grad_req='write' and is not
+# affected). Its oneDNN Convolution+BatchNorm fusion (the MKLDNN subgraph backend, on by default)
+# gives logits up to 1.2 away from Gluon's own forward of the same network, which the engines match
+# to 5e-7; with MXNET_DISABLE_MKLDNN_FUSE_CONV_BN=1 set at start-up, or MXNET_SUBGRAPH_BACKEND=NONE,
+# MXNet's executor matches Gluon exactly.
 
 import gc
 import gluoncv
@@ -40,6 +48,7 @@ from time import time
 
 from mxnet.gluon.data.vision import transforms
 from tests.compat.engines import assert_engines_ran
+from tests.compat.native import fails_natively
 from tests.compat.standin import cifar10_test_set, seeded_net
 
 
@@ -139,6 +148,10 @@ def run_experiment_for(model_name, batch_size, num_workers):
     return speedup, acc_diff
 
 
+@fails_natively("for model cifar_resnet20_v2",
+                reason="native MXNet 1.9.1 on a CPU computes cifar_resnet20_v2 wrongly in an inference bind: "
+                       "its oneDNN Convolution+BatchNorm fusion differs from Gluon's own forward by up to 1.2 "
+                       "(MXNET_DISABLE_MKLDNN_FUSE_CONV_BN=1 fixes it); the engines match Gluon to 5e-7")
 def test_tensorrt_on_cifar_resnets(batch_size=32, tolerance=0.1, num_workers=1):
     original_use_fp16 = mx.contrib.tensorrt.get_use_fp16()
     try:

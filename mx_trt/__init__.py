@@ -15,6 +15,7 @@ Nothing inside the package imports this module.
 from __future__ import annotations
 
 from mx_trt._version import __version__
+from mx_trt.patches import uninstall
 from mx_trt.artifacts import export_model, load
 from mx_trt.errors import (
     BackendUnavailableError,
@@ -60,7 +61,7 @@ from mx_trt.quantize.online import calibrating_bind as _calibrating_bind
 from mx_trt.quantize.online import calibration_table
 
 __all__ = [
-    "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
+    "__version__", "uninstall", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "calibration_table", "CalibrationTable", "load_table",

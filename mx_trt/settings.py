@@ -5,6 +5,7 @@ Every variable is documented in README.md ("Environment variables").
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import operator
@@ -12,16 +13,45 @@ import os
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generic, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from mx_trt.errors import CalibrationError, MxTrtError
 
 logger = logging.getLogger(__name__)
 
-_fp16_override: Optional[bool] = None
-_profiles_override: Optional[List[Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]]] = None
-
 Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
+
+T = TypeVar("T")
+_UNSET: Any = object()
+
+
+class ScopedDefault(Generic[T]):
+    """The value of a user-facing setter (``set_use_fp16``, ``set_optimization_profiles``, ``set_use_tensorrt``).
+
+    Context-local (``contextvars``): what a thread (or an asyncio task) sets
+    applies to its own binds, never to another thread's. What the main thread
+    sets is also the process's default, which every context without a value of
+    its own reads: MXNet's "set once, bind anywhere" (set in the main program,
+    bind in worker threads) keeps working. ``None`` clears the value (the
+    environment decides again).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._var: "contextvars.ContextVar[Any]" = contextvars.ContextVar(name)
+        self._process: Optional[T] = None
+
+    def set(self, value: Optional[T]) -> None:
+        self._var.set(value)
+        if threading.current_thread() is threading.main_thread():
+            self._process = value
+
+    def get(self) -> Optional[T]:
+        value = self._var.get(_UNSET)
+        return self._process if value is _UNSET else value  # type: ignore[no-any-return]
+
+
+_fp16_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_fp16")
+_profiles_override: ScopedDefault[List[Profile]] = ScopedDefault("mx_trt_profiles")
 
 #: MXNet 1.9.1's shapes are 32-bit: no dimension (batch included) may be larger.
 INT32_MAX = 2**31 - 1
@@ -45,6 +75,8 @@ def warn_once(key: Tuple[str, str], message: str, *args: Any) -> None:
 def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[Sequence[int]]]]]) -> None:
     """Explicit optimization profiles for the next binds (overrides ``MXNET_TENSORRT_PROFILES``).
 
+    This thread's binds; set in the main thread, every thread's default (:class:`ScopedDefault`).
+
     Args:
         profiles: One dict per profile, mapping data input names to
             ``(min_shape, opt_shape, max_shape)``. Only the batch dimension (0)
@@ -57,8 +89,7 @@ def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[
             {"data": ((5, 3, 224, 224), (16, 3, 224, 224), (32, 3, 224, 224))},
         ])
     """
-    global _profiles_override
-    _profiles_override = None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles")
+    _profiles_override.set(None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles"))
 
 
 def _parse_profiles(raw: Any, where: str) -> List[Profile]:
@@ -97,8 +128,9 @@ def _dims(shape: Any) -> Tuple[int, ...]:
 
 def get_optimization_profiles() -> Optional[List[Profile]]:
     """The explicit profiles in force: :func:`set_optimization_profiles`, else ``MXNET_TENSORRT_PROFILES`` (JSON)."""
-    if _profiles_override is not None:
-        return _profiles_override
+    override = _profiles_override.get()
+    if override is not None:
+        return override
     raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
     if not raw:
         return None
@@ -112,15 +144,18 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
 
 
 def set_use_fp16(status: Optional[bool]) -> None:
-    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``; ``None`` clears)."""
-    global _fp16_override
-    _fp16_override = None if status is None else bool(status)
+    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``; ``None`` clears).
+
+    This thread's binds; set in the main thread, every thread's default (:class:`ScopedDefault`).
+    """
+    _fp16_override.set(None if status is None else bool(status))
 
 
 def get_use_fp16() -> bool:
     """Whether the next bind builds fp16 engines."""
-    if _fp16_override is not None:
-        return _fp16_override
+    override = _fp16_override.get()
+    if override is not None:
+        return override
     return _env_bool("MXNET_TENSORRT_USE_FP16", False)
 
 

@@ -11,10 +11,10 @@ request that cannot be honoured is never answered in another precision.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
-import threading
-from typing import Any, Callable, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 from mx_trt.build.backends import Backend, select_backend
 from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError
@@ -35,7 +35,7 @@ def strict_env() -> bool:
     return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-_scoped = threading.local()
+_scoped: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = contextvars.ContextVar("mx_trt_scoped_options", default=None)
 
 #: ``request -> executor`` for int8 binds that calibrate on their first forwards
 #: (:func:`mx_trt.quantize.online.calibrating_bind`, handed in by the package root).
@@ -70,12 +70,11 @@ def scoped_options(options: Mapping[str, Any]) -> Iterator[None]:
 
     Options given to a call itself win over these.
     """
-    prev = getattr(_scoped, "options", None)
-    _scoped.options = {**(prev or {}), **options}
+    token = _scoped.set({**(_scoped.get() or {}), **options})
     try:
         yield
     finally:
-        _scoped.options = prev
+        _scoped.reset(token)
 
 
 def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "backend options") -> Settings:
@@ -86,7 +85,7 @@ def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "bac
         MxTrtError: an environment value or an option is not allowed (the message names it).
     """
     settings = Settings.from_env()
-    merged = {**(getattr(_scoped, "options", None) or {}), **(options or {})}
+    merged = {**(_scoped.get() or {}), **(options or {})}
     settings = settings.with_options(merged, where) if merged else settings
     settings.check_int8()
     return settings

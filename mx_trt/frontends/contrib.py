@@ -12,6 +12,7 @@ import sys
 import types
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError, TrainingNotSupportedError
 from mx_trt.frontends import deferred, gluon, hook, module, symbol
 from mx_trt.frontends.common import grad_requests, scoped_options
@@ -166,5 +167,5 @@ def install_module() -> None:
     for name in MODULE_NAMES:
         setattr(mod, name, getattr(this, name))
     mod.__all__ = list(MODULE_NAMES)  # type: ignore[attr-defined]
-    sys.modules["mxnet.contrib.tensorrt"] = mod
-    mx.contrib.tensorrt = mod
+    patches.put_module("mxnet.contrib.tensorrt", mod)
+    patches.put(mx.contrib, "tensorrt", mod)

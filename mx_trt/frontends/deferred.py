@@ -180,14 +180,27 @@ def defer(sym: Any, options: Optional[Mapping[str, Any]] = None, params: Optiona
 
 
 def is_deferred(sym: Any) -> bool:
-    """True when ``sym`` holds placeholder nodes or a token (it came from :func:`defer`)."""
-    if not _any:
-        return False
+    """True when ``sym`` holds placeholder nodes or a token (it came from :func:`defer`).
+
+    Read through the nodes' attributes, never ``tojson()``: MXNet keeps the
+    nodes of a serialized symbol with custom operators alive, and those of an
+    optimized symbol hold engines.
+    """
+    return bool(_any and tokens_in(sym))
+
+
+def tokens_in(sym: Any) -> List[str]:
+    """The tokens a symbol carries (placeholder nodes' and hidden ones), without repeats."""
     try:
-        text = sym.tojson()
-    except Exception:  # noqa: BLE001 - not a symbol MXNet can write: not ours
-        return False
-    return PLACEHOLDER_OP in text or TOKEN_HIDDEN in text
+        attrs = sym.attr_dict()
+    except Exception:  # noqa: BLE001 - not a symbol MXNet can read: not ours
+        return []
+    found: List[str] = []
+    for a in attrs.values():
+        for t in (a.get("mx_trt_token") if a.get("op_type") == PLACEHOLDER_OP else None, a.get(TOKEN_HIDDEN)):
+            if t and t not in found:
+                found.append(t)
+    return found
 
 
 def _placeholder_of(node: Mapping[str, Any]) -> Optional[Tuple[str, Sequence[str]]]:

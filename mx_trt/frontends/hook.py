@@ -18,8 +18,9 @@ import sys
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
-from mx_trt.settings import masked_subgraph_backend, subgraph_backend_is_tensorrt
+from mx_trt.settings import ScopedDefault, masked_subgraph_backend, subgraph_backend_is_tensorrt
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ _local = threading.local()
 _patched = False
 _lock = threading.RLock()  # install() may re-enter through the start-up hook
 _original_simple_bind: Optional[Any] = None
-_original_copy_params: Optional[Any] = None
 
 #: ``accelerated(symbol, ctx, grad_req=..., type_dict=..., ..., **shapes) -> executor``:
 #: the signature of ``Symbol.simple_bind`` with the symbol first.
@@ -39,8 +39,8 @@ _accelerated: Optional[AcceleratedBind] = None
 #: ``(is_deferred(symbol), bind)``: symbols that carry their TensorRT request (``get_backend_symbol``,
 #: ``optimize_for`` without shapes) bind through ``bind``, whatever the switch says.
 _deferred: Optional[Tuple[Callable[[Any], bool], AcceleratedBind]] = None
-#: ``set_use_tensorrt``'s value for the whole process (``None``: the environment decides).
-_use_override: Optional[bool] = None
+#: ``set_use_tensorrt``'s value (``None``: the environment decides): this thread's, the main thread's by default.
+_use_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_tensorrt")
 #: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
 _installers: List[Callable[[], None]] = []
 
@@ -64,9 +64,11 @@ def set_deferred_bind(is_deferred: Callable[[Any], bool], fn: AcceleratedBind) -
 
 
 def set_use_tensorrt(status: Optional[bool]) -> None:
-    """The switch for every thread of the process, over the environment (``None``: the environment decides again)."""
-    global _use_override
-    _use_override = None if status is None else bool(status)
+    """The switch over the environment (``None``: the environment decides again).
+
+    For this thread's binds; set in the main thread, the default of every thread (:class:`ScopedDefault`).
+    """
+    _use_override.set(None if status is None else bool(status))
 
 
 def add_installer(fn: Callable[[], None]) -> None:
@@ -111,8 +113,9 @@ def pass_enabled() -> bool:
     forced = getattr(_local, "forced", None)
     if forced is not None:
         return bool(forced)
-    if _use_override is not None:
-        return _use_override
+    override = _use_override.get()
+    if override is not None:
+        return override
     return env_enabled() or subgraph_backend_is_tensorrt()
 
 
@@ -166,13 +169,21 @@ def install_when_mxnet_imported() -> None:
         arm()
 
 
+def _uninstalled() -> None:
+    """After :func:`mx_trt.patches.uninstall`: the next :func:`install` patches MXNet again."""
+    global _patched, _original_simple_bind
+    with _lock:
+        _patched = False
+        _original_simple_bind = None
+
+
 def install() -> None:
-    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once.
+    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once (:mod:`mx_trt.patches`).
 
     Idempotent and thread-safe. Imports mxnet. With the pass on, the patched
     ``simple_bind`` runs the callable given to :func:`set_accelerated_bind`.
     """
-    global _patched, _original_simple_bind, _original_copy_params
+    global _patched, _original_simple_bind
     if _patched:
         return
     with _lock:
@@ -190,41 +201,42 @@ def install() -> None:
 
         native_simple_bind.__wrapped__ = real_simple_bind  # type: ignore[attr-defined]
         _original_simple_bind = native_simple_bind
-        _original_copy_params = exe_cls.copy_params_from
 
-        def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
-                        group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
-                        shared_buffer: Any = None, **kwargs: Any) -> Any:
-            deferred = _deferred
-            if deferred is not None and deferred[0](self):
-                return deferred[1](
-                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
-                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
-            if pass_enabled():
-                accelerated = _accelerated
-                if accelerated is None:
-                    raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
-                return accelerated(
-                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
-                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
-            return _original_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
-                                         group2ctx=group2ctx, shared_arg_names=shared_arg_names,
-                                         shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        def make_simple_bind(_: Any) -> Any:
+            def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
+                            group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
+                            shared_buffer: Any = None, **kwargs: Any) -> Any:
+                deferred = _deferred
+                if deferred is not None and deferred[0](self):
+                    return deferred[1](
+                        self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer,
+                        **kwargs)
+                if pass_enabled():
+                    accelerated = _accelerated
+                    if accelerated is None:
+                        raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
+                    return accelerated(
+                        self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer,
+                        **kwargs)
+                return native_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
+                                          group2ctx=group2ctx, shared_arg_names=shared_arg_names,
+                                          shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+            return simple_bind
 
-        simple_bind.__doc__ = real_simple_bind.__doc__
-        simple_bind.__wrapped__ = real_simple_bind  # type: ignore[attr-defined]
+        def make_copy_params_from(original: Any) -> Any:
+            def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None,
+                                 allow_extra_params: bool = False) -> Any:
+                info = getattr(self, "_mx_trt", None)
+                if info is not None:
+                    arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
+                return original(self, arg_params, aux_params, allow_extra_params)
+            return copy_params_from
 
-        def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None, allow_extra_params: bool = False) -> Any:
-            info = getattr(self, "_mx_trt", None)
-            if info is not None:
-                arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
-            return _original_copy_params(self, arg_params, aux_params, allow_extra_params)
-
-        copy_params_from.__doc__ = _original_copy_params.__doc__
-        copy_params_from.__wrapped__ = _original_copy_params  # type: ignore[attr-defined]
-
-        sym_cls.simple_bind = simple_bind
-        exe_cls.copy_params_from = copy_params_from
+        patches.wrap(sym_cls, "simple_bind", make_simple_bind)
+        patches.wrap(exe_cls, "copy_params_from", make_copy_params_from)
+        patches.on_uninstall(_uninstalled)
         _patched = True
         logger.debug("mx_trt: Symbol.simple_bind hooked")
         for fn in list(_installers):

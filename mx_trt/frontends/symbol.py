@@ -43,6 +43,7 @@ Whatever stops the pass costs one warning and MXNet's own result for the call
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -50,6 +51,7 @@ import threading
 import warnings
 from typing import Any, Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
 from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, grad_requests, guarded
@@ -117,9 +119,18 @@ def release(symbol: Any) -> int:
     Args:
         symbol: The optimized symbol (or its JSON text).
 
+    For a TensorRT symbol whose engines are built at ``simple_bind``
+    (``get_backend_symbol``, ``optimize_for`` without shapes), the weights kept
+    with it are let go too: binding it afterwards needs them in ``shared_buffer``.
+
     Returns:
         How many engines were pinned and are released.
     """
+    if isinstance(symbol, str):
+        if deferred.PLACEHOLDER_OP in symbol or deferred.TOKEN_HIDDEN in symbol:
+            deferred.release_tokens(deferred.tokens_of(json.loads(symbol)))
+    else:
+        deferred.release_tokens(deferred.tokens_in(symbol))
     return unpin(fused_engine_keys(symbol))
 
 
@@ -498,22 +509,22 @@ def install() -> None:
                 check_engines_alive(json_str)
             return found["load_json"](json_str)
 
-        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "load": load, "load_json": load_json,
-                                    "get_backend_symbol": get_backend_symbol}
+        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "get_backend_symbol": get_backend_symbol}
         for name, fn in wrappers.items():
-            fn.__doc__ = getattr(found[name], "__wrapped__", found[name]).__doc__
-            fn.__wrapped__ = getattr(found[name], "__wrapped__", found[name])
-            fn.__name__ = name
-        cls.optimize_for = optimize_for_
-        cls.bind = bind
-        cls.get_backend_symbol = get_backend_symbol
+            patches.wrap(cls, name, _constant(fn))
         for module in (sym_mod, mx.symbol):
             if getattr(module, "load", None) is found["load"]:
-                module.load = load
+                patches.wrap(module, "load", lambda _original: load)
             if getattr(module, "load_json", None) is found["load_json"]:
-                module.load_json = load_json
+                patches.wrap(module, "load_json", lambda _original: load_json)
+        patches.on_uninstall(_originals.clear)
         _originals.update(found)
         logger.debug("mx_trt: Symbol.optimize_for, bind and load hooked")
+
+
+def _constant(fn: Any) -> Any:
+    """``make`` for :func:`mx_trt.patches.wrap` when the wrapper is already made."""
+    return lambda _original: fn
 
 
 def _read_text(fname: Any) -> Optional[str]:

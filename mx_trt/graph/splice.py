@@ -185,18 +185,18 @@ def collapse(data: Mapping[str, Any], regions: Sequence[Region],
             users[v].append(u)
     ready = [(first[u], u) for u in units if indegree[u] == 0]
     heapq.heapify(ready)
-    order: List[Tuple[str, int]] = []
+    ordered: List[Tuple[str, int]] = []
     while ready:
         _, u = heapq.heappop(ready)
-        order.append(u)
+        ordered.append(u)
         for w in users[u]:
             indegree[w] -= 1
             if indegree[w] == 0:
                 heapq.heappush(ready, (first[w], w))
-    if len(order) != len(units):
+    if len(ordered) != len(units):
         raise ValueError("collapsing these regions would make a cycle")
 
-    new_id: Dict[Tuple[str, int], int] = {u: k for k, u in enumerate(order)}
+    new_id: Dict[Tuple[str, int], int] = {u: k for k, u in enumerate(ordered)}
 
     def entry(src: int, idx: int) -> JsonEntry:
         if src in owner:
@@ -205,7 +205,7 @@ def collapse(data: Mapping[str, Any], regions: Sequence[Region],
         return [new_id[("n", src)], idx, version.get((src, idx), 0)]
 
     out_nodes: List[Dict[str, Any]] = []
-    for u in order:
+    for u in ordered:
         if u[0] == "r":
             node = dict(made[u[1]][0])
             node["inputs"] = [entry(s, i) for s, i in made[u[1]][2]]

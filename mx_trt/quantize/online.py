@@ -25,6 +25,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
 from mx_trt.export.calibration import CalibrationTable
 from mx_trt.frontends.common import load_weights, one_line
@@ -155,6 +156,12 @@ def calibration_table(executor: Any) -> CalibrationTable:
     return state.table
 
 
+def _uninstalled() -> None:
+    global _installed
+    with _install_lock:
+        _installed = False
+
+
 def install() -> None:
     """Route ``Executor.forward`` through :class:`OnlineCalibration` for executors that have one (once)."""
     global _installed
@@ -163,16 +170,14 @@ def install() -> None:
             return
         import mxnet as mx
 
-        cls = mx.executor.Executor
-        original = cls.forward
+        def make_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+            def forward(self: Any, is_train: bool = False, **kwargs: Any) -> Any:
+                state = self.__dict__.get("_mx_trt_calibration")
+                if state is None:
+                    return original(self, is_train, **kwargs)
+                return state.forward(self, original, is_train, kwargs)
+            return forward
 
-        def forward(self: Any, is_train: bool = False, **kwargs: Any) -> Any:
-            state = self.__dict__.get("_mx_trt_calibration")
-            if state is None:
-                return original(self, is_train, **kwargs)
-            return state.forward(self, original, is_train, kwargs)
-
-        forward.__doc__ = original.__doc__
-        forward.__wrapped__ = original  # type: ignore[attr-defined]
-        cls.forward = forward
+        patches.wrap(mx.executor.Executor, "forward", make_forward)
+        patches.on_uninstall(_uninstalled)
         _installed = True

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt import patches
 from mx_trt.build.backends.base import Buffer, Engine
 from mx_trt.errors import MxTrtError, ShapeError
 
@@ -487,7 +488,13 @@ def _release_on_delete() -> None:
         return
     before = set(old)
     table = _ReleasingTable(old)
-    registry.ref_holder = table
+
+    def restore() -> None:  # the objects MXNet registered meanwhile go back with the table
+        old.clear()
+        old.update(dict(table))
+        registry.ref_holder = old
+
+    patches.put(registry, "ref_holder", table, restore)
     # Whatever another thread changed in the old table while it was copied.
     table.update({k: v for k, v in list(old.items()) if k not in before})
     for k in before - set(old):
@@ -500,9 +507,9 @@ def ensure_registered() -> None:
     with _lock:
         if not _registered:
             _register()
-            _release_on_delete()
             atexit.register(_drain_at_exit)
             _registered = True
+        _release_on_delete()  # again after mx_trt.uninstall put MXNet's own table back
 
 
 def registry_size() -> int:

@@ -361,3 +361,85 @@ def test_calibration_table_before_the_end_says_how_far_it_is():
     exe.forward(is_train=False, data=_x())
     with pytest.raises(mx_trt.MxTrtError, match="1 of 4 forwards"):
         mx_trt.calibration_table(exe)
+
+
+def test_tensorrt_symbol_through_symbol_bind_and_module():
+    sym = _net()
+    args, aux = _params(sym)
+    x = _x()
+    want = _native(sym, args, aux, x)
+    trt_sym = sym.get_backend_symbol("TensorRT")
+    mx.contrib.tensorrt.init_tensorrt_params(trt_sym, args, aux)
+    exe = trt_sym.bind(mx.cpu(), {**args, "data": x}, aux_states=dict(aux), grad_req="null")
+    assert _engines(exe) >= 1
+    np.testing.assert_allclose(exe.forward()[0].asnumpy(), want, **FP32)
+    mod = mx.mod.Module(trt_sym, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", SHAPE)], for_training=False)
+    mod.set_params(args, aux)
+    mod.forward(mx.io.DataBatch([x]), is_train=False)
+    np.testing.assert_allclose(mod.get_outputs()[0].asnumpy(), want, **FP32)
+
+
+def test_release_lets_the_kept_weights_go():
+    sym = _net()
+    args, aux = _params(sym)
+    trt_sym = sym.optimize_for("TensorRT", args=args, aux=aux, ctx=mx.cpu())
+    tokens = deferred.tokens_of(__import__("json").loads(trt_sym.tojson()))
+    assert tokens and all(t in deferred._captured for t in tokens)
+    mx_trt.release(trt_sym)
+    assert not any(t in deferred._captured for t in tokens)
+
+
+def test_checking_for_tensorrt_symbols_keeps_no_engine_alive():
+    import gc
+    import weakref
+
+    from mx_trt.frontends import symbol as symfront
+
+    sym = _net()
+    args, aux = _params(sym)
+    sym.get_backend_symbol("TensorRT")  # from now on every bind asks whether its symbol is one
+    opt = sym.optimize_for("TensorRT", dict(args), dict(aux), mx.cpu(), shape_dict={"data": SHAPE})
+    refs = [weakref.ref(e) for e in symfront.engines(opt)]
+    exe = opt.simple_bind(mx.cpu(), data=SHAPE, grad_req="null")
+    exe.forward(data=_x())
+    assert refs and not deferred.is_deferred(opt)
+    symfront.release(opt)
+    del exe, opt
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_setters_are_per_thread_with_the_main_threads_value_as_default():
+    import threading
+
+    from mx_trt import settings
+
+    sym = _net()
+    args, aux = _params(sym)
+    x = _x()
+    want = _native(sym, args, aux, x)
+    mx.contrib.tensorrt.set_use_fp16(False)  # main thread: every thread's default
+    results = {}
+    barrier = threading.Barrier(2)
+
+    def run(name, fp16):
+        if fp16 is not None:
+            mx.contrib.tensorrt.set_use_fp16(fp16)
+        barrier.wait()  # both threads have set (or not) before either binds
+        seen = settings.get_use_fp16()
+        trt_sym = sym.optimize_for("TensorRT", args=args, aux=aux, ctx=mx.cpu())
+        exe = trt_sym.simple_bind(mx.cpu(), data=SHAPE, grad_req="null")
+        results[name] = (seen, exe.forward(is_train=False, data=x)[0].asnumpy(), _engines(exe))
+
+    threads = [threading.Thread(target=run, args=("fp16", True)), threading.Thread(target=run, args=("default", None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["fp16"][0] is True and results["default"][0] is False
+    assert results["fp16"][2] >= 1 and results["default"][2] >= 1
+    np.testing.assert_allclose(results["default"][1], want, **FP32)
+    np.testing.assert_allclose(results["fp16"][1], want, **FP16)
+    assert not np.allclose(results["fp16"][1], want, rtol=1e-6, atol=1e-7)
+    assert settings.get_use_fp16() is False  # the fp16 thread did not change the main thread

@@ -18,12 +18,11 @@
 # Ported from apache/mxnet 1.4.1, tests/python/tensorrt/test_cvnets.py (the API of MXNet 1.3 and
 # 1.4: set_use_tensorrt and tensorrt_bind). Changed for a CPU machine with no network:
 # - the context: mx.gpu(0) -> mx.cpu();
+# - CIFAR-10's test set (a download) -> 128 seeded image-like 32x32 images of 10 stand-in classes
+#   (tests.compat.standin.cifar10_test_set), through the original transforms and DataLoader;
 # - pretrained=True -> seeded weights (tests.compat.standin.seeded_net: Xavier, BatchNorm
-#   statistics measured on image-like data), the same for the MXNet and the TensorRT run;
-# - CIFAR-10's test set (a download) -> 128 seeded image-like random 32x32 images with random labels
-#   (tests.compat.standin.cifar10_test_set), through the original transforms and DataLoader: the
-#   accuracies are then about 10%, and what the check compares is that MXNet and the engines
-#   predict the same classes;
+#   statistics measured on image-like data, the last layer fitted to the stand-in classes on other
+#   images of them), the same for the MXNet and the TensorRT run;
 # - the models: cifar_resnet20_v1 and cifar_resnet20_v2 of the original ten, to keep the run short on
 #   a 2-core CPU (the deeper ResNets, the WideResNets and the ResNeXt differ only in size);
 # - the TensorRT executor must have built engines and run them (tests.compat.engines).
@@ -45,7 +44,8 @@ from tests.compat.standin import cifar10_test_set, seeded_net
 def get_classif_model(model_name, use_tensorrt, ctx=mx.cpu(), batch_size=128):
     mx.contrib.tensorrt.set_use_tensorrt(use_tensorrt)
     h, w = 32, 32
-    net = seeded_net(gluoncv.model_zoo.get_model(model_name, pretrained=False), model_name, (batch_size, 3, h, w))
+    net = seeded_net(gluoncv.model_zoo.get_model(model_name, pretrained=False), model_name, (batch_size, 3, h, w),
+                     dataset='cifar10')
     data = mx.sym.var('data')
 
     if use_tensorrt:

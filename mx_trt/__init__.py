@@ -17,6 +17,7 @@ from __future__ import annotations
 from mx_trt._version import __version__
 from mx_trt.patches import uninstall
 from mx_trt.artifacts import export_model, load
+from mx_trt.artifacts_onnx import export_onnx
 from mx_trt.errors import (
     BackendUnavailableError,
     CacheError,
@@ -26,6 +27,7 @@ from mx_trt.errors import (
     EngineRunError,
     MissingWeightError,
     MxTrtError,
+    NotConvertibleError,
     ParamMismatchError,
     TrainingNotSupportedError,
     ShapeError,
@@ -61,13 +63,14 @@ from mx_trt.quantize.online import calibrating_bind as _calibrating_bind
 from mx_trt.quantize.online import calibration_table
 
 __all__ = [
-    "__version__", "uninstall", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
+    "__version__", "uninstall", "bind_info", "export_model", "export_onnx", "load", "get_optimized_symbol",
+    "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "calibration_table", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "TrainingNotSupportedError",
-    "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "NotConvertibleError", "ParamMismatchError", "ShapeError",
+    "TrainingNotSupportedError", "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)

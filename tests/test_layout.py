@@ -36,7 +36,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt.pipeline",),
     ("mx_trt.frontends",),
     ("mx_trt.quantize",),
-    ("mx_trt.artifacts",),
+    ("mx_trt.artifacts", "mx_trt.artifacts_onnx"),
     ("mx_trt.serving",),
     ("mx_trt.tools",),
 )

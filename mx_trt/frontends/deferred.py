@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -40,9 +41,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from mx_trt.errors import MxTrtError
 from mx_trt.export.converters import registry
+from mx_trt.export.spec import OpSpec
 from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_settings, grad_requests, load_weights, scoped_options
-from mx_trt.frontends.simple_bind import accelerated_simple_bind
+from mx_trt.frontends.simple_bind import accelerated_simple_bind, weights_carried
 from mx_trt.graph import splice
 from mx_trt.graph.importer import inference_identity
 from mx_trt.passes.ir import Entry, Graph, Node
@@ -114,14 +116,46 @@ def _ir(data: Mapping[str, Any]) -> Graph:
     return Graph(nodes=nodes, heads=[Entry(int(e[0]), int(e[1])) for e in data["heads"]])
 
 
+#: A validator's reason that depends on shapes or dtypes, which a placeholder partition does not know.
+_NEEDS_SHAPES = re.compile(r"shape|rank|dimension|dims|size|dtype|float|int|batch|axis|elements", re.I)
+
+
+def _attribute_reason(node: Node, entry: Any) -> Optional[str]:
+    """The reason a converter refuses ``node`` on its attributes alone, or ``None``.
+
+    Validators are asked with shapes unknown; a refusal that speaks of shapes or
+    types (or a validator that needs them and raises) does not count: the bind,
+    with shapes known, decides those.
+    """
+    n_in, n_out = len(node.inputs), max(1, node.num_outputs)
+    spec = OpSpec(name=node.name, op=node.op, attrs=node.attrs, in_shapes=((),) * n_in, in_dtypes=("float32",) * n_in,
+                  out_shapes=((),) * n_out, out_dtypes=("float32",) * n_out)
+    for validate in entry.validators:
+        try:
+            reason = validate(spec)
+        except Exception:  # noqa: BLE001 - it needs the shapes: the bind will tell
+            continue
+        if reason and not _NEEDS_SHAPES.search(reason):
+            return str(reason)
+    return None
+
+
 def _unsupported(graph: Graph, exclude: Set[str]) -> Dict[int, str]:
     out: Dict[int, str] = {}
     for nid in graph.op_nodes():
         node = graph.nodes[nid]
         if node.op in exclude:
             out[nid] = "excluded"
-        elif node.op == "Custom" or (registry.lookup(node.op, node.attrs) is None and not inference_identity(node)):
+            continue
+        if inference_identity(node):
+            continue
+        entry = registry.lookup(node.op, node.attrs)
+        if node.op == "Custom" or entry is None:
             out[nid] = f"no converter for {node.op}"
+            continue
+        reason = _attribute_reason(node, entry)
+        if reason:
+            out[nid] = reason
     return out
 
 
@@ -318,7 +352,7 @@ def deferred_simple_bind(sym: Any, ctx: Any, grad_req: Any = "write", type_dict:
         logger.warning("TensorRT symbol bound with grad_req=%r: engines are inference-only, so it binds natively "
                        "(pass grad_req='null' to build its engines)", grad_req)
         return native()
-    with hook.forced(), scoped_options(captured.options):
+    with hook.forced(), scoped_options(captured.options), weights_carried():
         return accelerated_simple_bind(full, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
                                        group2ctx=group2ctx, shared_arg_names=shared_arg_names, shared_exec=shared_exec,
                                        shared_buffer=buffer, **kwargs)

@@ -40,7 +40,7 @@ _accelerated: Optional[AcceleratedBind] = None
 #: ``optimize_for`` without shapes) bind through ``bind``, whatever the switch says.
 _deferred: Optional[Tuple[Callable[[Any], bool], AcceleratedBind]] = None
 #: ``set_use_tensorrt``'s value (``None``: the environment decides): this thread's, the main thread's by default.
-_use_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_tensorrt")
+_use_override: ScopedDefault[Tuple[bool, Tuple[Optional[str], ...]]] = ScopedDefault("mx_trt_use_tensorrt")
 #: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
 _installers: List[Callable[[], None]] = []
 
@@ -68,7 +68,8 @@ def set_use_tensorrt(status: Optional[bool]) -> None:
 
     For this thread's binds; set in the main thread, the default of every thread (:class:`ScopedDefault`).
     """
-    _use_override.set(None if status is None else bool(status))
+    # As MXNet's own (which wrote MXNET_USE_TENSORRT), the last word wins: a later change of the variable overrides it.
+    _use_override.set(None if status is None else (bool(status), _switch_raw()))
 
 
 def add_installer(fn: Callable[[], None]) -> None:
@@ -83,6 +84,11 @@ def add_installer(fn: Callable[[], None]) -> None:
         patched = _patched
     if patched:
         fn()
+
+
+def _switch_raw() -> Tuple[Optional[str], ...]:
+    """The raw values of the switch's variables, to tell whether they changed since ``set_use_tensorrt``."""
+    return tuple(os.environ.get(n) for n in ENV_SWITCH)
 
 
 def env_enabled() -> bool:
@@ -114,8 +120,8 @@ def pass_enabled() -> bool:
     if forced is not None:
         return bool(forced)
     override = _use_override.get()
-    if override is not None:
-        return override
+    if override is not None and override[1] == _switch_raw():
+        return bool(override[0])
     return env_enabled() or subgraph_backend_is_tensorrt()
 
 

@@ -7,8 +7,10 @@ costs one warning and MXNet's own bind; ``MXNET_TENSORRT_STRICT=1`` raises inste
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from mx_trt.frontends import hook
 from mx_trt.frontends.common import (
@@ -35,7 +37,7 @@ def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, sty
         return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
     shaped = {k for k, v in kwargs.items() if isinstance(v, tuple)}
     unshaped = [n for n in list(sym.list_arguments()) + list(sym.list_auxiliary_states()) if n not in shaped]
-    if unshaped and not any(n in shared_buffer for n in unshaped):
+    if unshaped and not _carried.get() and not any(n in shared_buffer for n in unshaped):
         # Module binds this way before any weight exists (shared_buffer={} holds data arrays only),
         # then copies weights in by position: an executor without them would break it.
         return ("shared_buffer holds none of the weights (" + ", ".join(unshaped[:3])
@@ -45,6 +47,19 @@ def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, sty
     if stype_dict and any(v != "default" for v in stype_dict.values()):
         return "sparse storage types are not supported by the pass"
     return None
+
+
+_carried: "contextvars.ContextVar[bool]" = contextvars.ContextVar("mx_trt_weights_carried", default=False)
+
+
+@contextlib.contextmanager
+def weights_carried() -> Iterator[None]:
+    """Binds inside this block bring every weight they have (a TensorRT symbol's): none missing is not a Module's bind."""
+    token = _carried.set(True)
+    try:
+        yield
+    finally:
+        _carried.reset(token)
 
 
 def shape_keywords(sym: Any, kwargs: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:

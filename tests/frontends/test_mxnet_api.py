@@ -201,15 +201,18 @@ def test_the_switch_with_gradients_warns_once_and_binds_natively(monkeypatch, ca
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1 and _engines(exe) == 0
 
 
-def test_set_use_tensorrt_wins_over_the_environment(monkeypatch):
+def test_set_use_tensorrt_and_the_environment_last_word_wins(monkeypatch):
     t = mx.contrib.tensorrt
     monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
     t.set_use_tensorrt(False)
     assert not t.get_use_tensorrt()
+    assert os.environ["MXNET_USE_TENSORRT"] == "1"  # the environment is not written
     t.set_use_tensorrt(True)
-    monkeypatch.setenv("MXNET_USE_TENSORRT", "0")
     assert t.get_use_tensorrt()
-    assert os.environ["MXNET_USE_TENSORRT"] == "0"  # the environment is not written
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "0")  # as with MXNet 1.4, a later change of the variable wins
+    assert not t.get_use_tensorrt()
+    t.set_use_tensorrt(True)
+    assert t.get_use_tensorrt()
 
 
 # ------------------------------------------------------------------ 3. MXNet 1.5 to 1.8

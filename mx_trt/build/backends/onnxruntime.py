@@ -477,7 +477,10 @@ def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[s
             start, length = int(loc.get("offset", "0")), int(loc["length"])
             region = data[start:start + length]
             mine = arrays.get(t.name)
-            if mine is not None and mine.nbytes == length and np.array_equal(mine.reshape(-1).view(np.uint8), region):
+            # Same bytes is not enough: ONNX Runtime may store a value under its name in another shape
+            # (a BatchNorm scale (C, 1, 1) kept as (1, 1, 1, C) by the layout optimizer of int8 graphs).
+            if (mine is not None and mine.nbytes == length and tuple(mine.shape) == tuple(t.dims)
+                    and np.array_equal(mine.reshape(-1).view(np.uint8), region)):
                 where = (FED, 0, length)
                 fed.append(t.name)
             else:

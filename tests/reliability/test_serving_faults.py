@@ -1,0 +1,202 @@
+"""A fault in user code fails the request that caused it; the served model goes on serving.
+
+The model: ``data -> native_gate -> fault_gate -> conv -> relu -> fc``.
+``native_gate`` is a Python ``CustomOp`` that MXNet runs (no plugin): it raises
+on the value 11. ``fault_gate`` is a plugin whose ONNX Runtime function runs in
+the engine: it raises on 13. Before the Python model ran a failed batch again
+request by request, every request batched with the faulty one failed too;
+before the supervisor watched the instances, one raise in the plugin (which
+aborted the stub) left every later request failing with ``Stub process ... is
+not healthy`` while ``/v2/health/ready`` answered 200.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tests.serving.cli import CliServer, alive, children, http, infer_json
+from tests.serving.conftest import assert_close, needs_server, triton_client
+
+thttp = triton_client("tritonclient.http")
+
+#: Seconds a restarted instance may take to serve again (its engine comes from the plan cache).
+RECOVER_S = 60.0
+
+FAULT_OPS = '''
+import mxnet as mx
+import numpy as np
+import mx_trt
+
+
+def gate(x):
+    if np.any(x == 13.0):
+        raise ValueError("plugin saw the marker 13")
+    return x.copy()
+
+
+def native(x):
+    if np.any(x == 11.0):
+        raise ValueError("custom operator saw the marker 11")
+    return x.copy()
+
+
+def _op(name, fn):
+    class Op(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], mx.nd.array(fn(in_data[0].asnumpy())))
+
+        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+            raise NotImplementedError
+
+    @mx.operator.register(name)
+    class Prop(mx.operator.CustomOpProp):
+        def __init__(self):
+            super().__init__(need_top_grad=False)
+
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return Op()
+
+
+_op("fault_gate", gate)
+_op("native_gate", native)
+'''
+#: The server's module: the operators and the plugin (the test process registers only the operators).
+SERVER_MODULE = FAULT_OPS + '''
+mx_trt.register_plugin("Custom:fault_gate", domain="test.faults", op_type="Gate", onnxruntime=gate)
+'''
+
+
+def _symbol():
+    x = mx.sym.var("data")
+    h = mx.sym.Custom(x, op_type="native_gate", name="native")
+    h = mx.sym.Custom(h, op_type="fault_gate", name="gate")
+    h = mx.sym.Activation(mx.sym.Convolution(h, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv"), act_type="relu",
+                          name="relu")
+    return mx.sym.FullyConnected(mx.sym.flatten(h), num_hidden=5, name="fc")
+
+
+def _reference(params, x):
+    """The same graph without the gates (identities for values without a marker), run by MXNet."""
+    x_ = mx.sym.var("data")
+    h = mx.sym.Activation(mx.sym.Convolution(x_, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv"),
+                          act_type="relu", name="relu")
+    sym = mx.sym.FullyConnected(mx.sym.flatten(h), num_hidden=5, name="fc")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", data=x.shape)
+    exe.copy_params_from(params)
+    exe.arg_dict["data"][:] = x
+    return exe.forward()[0].asnumpy()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    needs_server()
+    root = tmp_path_factory.mktemp("serving_faults")
+    (root / "faultops.py").write_text(SERVER_MODULE)
+    exec(compile(FAULT_OPS, "fault_ops", "exec"), {})  # MXNet must know the operators to write the symbol
+    rng = np.random.RandomState(0)
+    shapes = {"conv_weight": (4, 3, 3, 3), "conv_bias": (4,), "fc_weight": (5, 4 * 8 * 8), "fc_bias": (5,)}
+    params = {n: mx.nd.array(rng.uniform(-0.3, 0.3, s)) for n, s in shapes.items()}
+    mx.model.save_checkpoint(str(root / "fault"), 0, _symbol(), params, {})
+    # A queue delay long enough for concurrent requests to share a batch.
+    srv = CliServer([str(root / "fault"), "--epoch", "0", "--shape", "data=1,3,8,8", "--max-batch", "4",
+                     "--import", str(root / "faultops.py"), "--max-queue-delay-us", "300000", "--grace-period", "5"],
+                    str(root / "run"), str(root / "cache"))
+    try:
+        srv.wait_ready()
+        srv.params = params
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _value(v: float, n: int = 1) -> np.ndarray:
+    return np.full((n, 3, 8, 8), v, "float32")
+
+
+def _infer(srv, x):
+    status, body = http(srv.base + "/v2/models/fault/infer", infer_json(x.ravel(), x.shape), timeout_s=60)
+    if status != 200:
+        return status, json.loads(body or b"{}").get("error", "")
+    out = json.loads(body)["outputs"][0]
+    return status, np.asarray(out["data"], dtype="float32").reshape(out["shape"])
+
+
+def _stubs(srv):
+    return [p for p in children(srv.proc.pid) if _comm(p).startswith("triton_python")]
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _serves_again(srv, deadline_s=RECOVER_S):
+    """Good requests succeed again (three in a row), with readiness 200; the seconds it took."""
+    t = time.monotonic()
+    streak = 0
+    while time.monotonic() - t < deadline_s and streak < 3:
+        status, got = _infer(srv, _value(0.5))
+        streak = streak + 1 if status == 200 else 0
+        if status != 200:
+            time.sleep(0.2)
+    assert streak == 3, f"still failing after {deadline_s} s: {got}"
+    assert_close(got, _reference(srv.params, _value(0.5)))
+    assert http(srv.base + "/v2/health/ready")[0] == 200
+    return time.monotonic() - t
+
+
+def test_a_failing_forward_fails_only_its_request_and_the_instance_keeps_serving(server):
+    stubs = _stubs(server)
+    client = thttp.InferenceServerClient(server.base[len("http://"):], concurrency=3, network_timeout=60)
+    xs = [_value(0.5), _value(11.0), _value(0.25)]
+    pending = []
+    for x in xs:
+        t = thttp.InferInput("data", list(x.shape), "FP32")
+        t.set_data_from_numpy(x)
+        pending.append(client.async_infer("fault", [t]))
+    results = []
+    for p in pending:
+        try:
+            results.append(p.get_result().as_numpy("fc_output"))
+        except thttp.InferenceServerException as exc:
+            results.append(exc)
+    client.close()
+    assert isinstance(results[1], thttp.InferenceServerException) and "inference failed" in str(results[1])
+    for i in (0, 2):
+        assert not isinstance(results[i], Exception), results[i]
+        assert_close(results[i], _reference(server.params, xs[i]))
+    # The same stub process: the instance was neither lost nor restarted.
+    assert _stubs(server) == stubs and all(alive(p) for p in stubs)
+    assert _serves_again(server, 5.0) < 5.0
+
+
+def test_a_plugin_that_raises_fails_its_request_and_the_server_serves_again(server):
+    status, message = _infer(server, _value(13.0))
+    assert status == 500, message
+    _serves_again(server)
+
+
+def test_an_instance_that_dies_is_restarted_and_readiness_is_false_meanwhile(server):
+    stubs = [p for p in _stubs(server) if alive(p)]
+    assert stubs
+    os.kill(stubs[0], signal.SIGKILL)
+    seen = set()
+    t = time.monotonic()
+    while time.monotonic() - t < 5.0 and 503 not in seen:
+        seen.add(http(server.base + "/v2/health/ready", timeout_s=2)[0])
+        time.sleep(0.02)
+    assert 503 in seen, f"readiness after the instance died: {seen}"
+    _serves_again(server)
+    assert "died" in server.output()[1]

@@ -111,7 +111,7 @@ def _input_problem(item: Any, rules: Mapping[str, InputRule], max_batch: int) ->
     if problem is not None:
         return problem, 0
     elements = shape[0] * rule.sample_elements
-    params = item.get("parameters") or {}
+    params = item.get("parameters", {})
     if not isinstance(params, dict):
         return f"input {name!r}: 'parameters' must be an object", 0
     if "binary_data_size" in params:
@@ -122,8 +122,8 @@ def _input_problem(item: Any, rules: Mapping[str, InputRule], max_batch: int) ->
     elif "data" in item:
         count = _count_values(item["data"], elements)
         if count != elements:
-            return (f"input {name!r}: {'more than ' if count > elements else ''}{count} value(s) in 'data' "
-                    f"for shape {shape} ({elements})"), 0
+            counted = f"more than {elements}" if count > elements else str(count)
+            return f"input {name!r}: {counted} value(s) in 'data' for shape {shape} ({elements})", 0
     elif "shared_memory_region" not in params:
         return f"input {name!r} has no 'data' and no 'binary_data_size' or 'shared_memory_region' parameter", 0
     return None, int(shape[0])
@@ -136,7 +136,7 @@ def check_request(doc: Mapping[str, Any], rules: Sequence[InputRule], max_batch:
     """
     by_name = {r.name: r for r in rules}
     inputs = doc.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
+    if not isinstance(inputs, list):
         return "the request has no 'inputs' list"
     seen: List[str] = []
     batches = set()

@@ -26,6 +26,7 @@ from mx_trt.errors import (
     MissingWeightError,
     MxTrtError,
     ParamMismatchError,
+    PrecisionConflictError,
     ShapeError,
     UnsupportedOpError,
 )
@@ -59,7 +60,8 @@ __all__ = [
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "ParamMismatchError", "PrecisionConflictError", "ShapeError",
+    "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)

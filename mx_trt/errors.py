@@ -60,3 +60,11 @@ class CalibrationError(MxTrtError):
     An explicit request that cannot be honoured: the bind raises it whether or not
     ``MXNET_TENSORRT_STRICT`` is set, rather than run in another precision.
     """
+
+
+class PrecisionConflictError(MxTrtError):
+    """Two precisions were asked for at once (``precision='int8'`` with ``fp16=True``, in any order or way).
+
+    Like :class:`CalibrationError`, an explicit request that cannot be honoured as
+    asked: raised whether or not ``MXNET_TENSORRT_STRICT`` is set.
+    """

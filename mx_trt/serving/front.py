@@ -66,6 +66,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the peer's delayed
+        # ACK hold the second one for about 40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.busy = False
         self.upstream: Optional[http.client.HTTPConnection] = None
         self.admitted = self.server.front._register(self)
@@ -148,6 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
                 host, port = self.server.front.upstream
                 self.upstream = http.client.HTTPConnection(host, port, timeout=None)
             try:
+                if self.upstream.sock is None:
+                    self.upstream.connect()
+                    sock: Any = self.upstream.sock
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.upstream.request(self.command, self.path, body=body if body or self.command == "POST" else None,
                                       headers=headers)
                 resp = self.upstream.getresponse()

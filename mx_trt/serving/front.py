@@ -77,9 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             super().finish()
         finally:
-            self.server.front._unregister(self)
             if self.upstream is not None:
                 self.upstream.close()
+            self.server.front._unregister(self)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         logger.debug("%s " + format, self.address_string(), *args)
@@ -274,6 +274,7 @@ class HttpFront:
     def _unregister(self, handler: _Handler) -> None:
         with self._lock:
             self._connections.discard(handler)
+            self._idle.notify_all()
 
     def _begin(self, handler: _Handler) -> None:
         with self._lock:
@@ -306,6 +307,12 @@ class HttpFront:
                 pass
         logger.info("HTTP front draining: %d idle connection(s) closed, %d request(s) in flight", len(idle),
                     self._in_flight)
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """After :meth:`drain`: wait until every connection left is serving a request (the idle ones are closed,
+        and with them their connections to Triton); ``False`` if some idle one is still open after ``timeout_s``."""
+        with self._lock:
+            return self._idle.wait_for(lambda: all(h.busy for h in self._connections), timeout=timeout_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no request is in flight; ``False`` if some still are after ``timeout_s``."""

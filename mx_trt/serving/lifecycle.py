@@ -99,13 +99,16 @@ def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> Callable[[], None
 
 
 def _start_time(pid: int) -> Optional[int]:
-    """The start time of ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or ``None`` if gone."""
+    """The start time of ``pid`` in clock ticks since boot (``/proc/PID/stat`` field 22), or ``None`` if it is
+    gone or a zombie (dead, not yet reaped)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return int(fields[19]) if len(fields) > 19 else None
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
 
 
 def _alive(record: Optional[Mapping[str, int]]) -> bool:

@@ -113,6 +113,9 @@ class Supervisor:
         self._stopping_since = time.monotonic()
         self._stop.set()
         self.front.drain()
+        # Triton counts open HTTP connections when it stops, and looks again only a second later: the idle ones
+        # (and their connections to Triton) are closed first.
+        self.front.wait_closed(0.5)
         self.triton.terminate()
 
     def wait_exit(self) -> int:

@@ -172,8 +172,10 @@ def test_sigterm_with_idle_clients_finishes_in_flight_requests_and_exits_0_withi
     assert code == 0, srv.output()[1][-3000:]
     assert elapsed < GRACE_S, f"{elapsed:.1f} s from SIGTERM to exit"
     assert_close(got, native_outputs(restarted["prefix"], {"data": x})[0])
-    assert readiness and all(status != 200 for _, status in readiness), readiness[:5]
-    assert readiness[0][0] - start < 0.5
+    # Readiness false at once: a probe sent while the signal is being delivered may still pass, none later.
+    late = [(round(t - start, 3), status) for t, status in readiness if t - start > 0.1]
+    assert late and all(status != 200 for _, status in late), late[:5]
+    assert min(t for t, status in readiness if status != 200) - start < 0.5
     err = srv.output()[1]
     assert not re.search(r"Exit timeout expired|Non-graceful", err), err[-2000:]
     idle_http.close()

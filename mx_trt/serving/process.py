@@ -171,6 +171,14 @@ class TritonProcess:
                 self.proc.kill()
         return int(self.proc.wait())
 
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left of the server's process group (its stubs) once the server has exited."""
+        if self.proc.poll() is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass  # nothing left
+
     def stop(self, timeout_s: float = 60.0) -> int:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL; the exit status."""
         self.terminate()

@@ -38,7 +38,7 @@ from mx_trt.serving.lifecycle import (WORKDIR_PREFIX, check_ports_free, claim_wo
                                       sweep_orphans)
 from mx_trt.serving.process import TritonProcess
 from mx_trt.serving.repository import write_python_model
-from mx_trt.serving.supervisor import Supervisor
+from mx_trt.serving.supervisor import Supervisor, describe_status
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +249,12 @@ def serve(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int]]
             banner(_endpoints(sup, opts))
         while not stopping and sup.triton.proc.poll() is None:
             sup.triton.wait(0.1)
-        if stopping:
-            logger.info("signal %d: draining (grace period %.0f s)", stopping[0], opts.grace_period_s)
+        if not stopping:  # the server ended on its own: a failure, whatever its status
+            logger.error("tritonserver stopped serving on its own (status %s)",
+                         describe_status(int(sup.triton.proc.returncode)))
+            sup.shutdown()
+            return 1
+        logger.info("signal %d: draining (grace period %.0f s)", stopping[0], opts.grace_period_s)
         return sup.shutdown()
     finally:
         for s, h in old.items():

@@ -9,8 +9,7 @@ monitor thread once the model is ready:
   to every request it routes there while its readiness stays 200. The monitor
   sees the dead stub in ``/proc`` within :data:`POLL_S`, turns readiness false
   (HTTP 503), loads the model again (new instances replace the old), and turns
-  readiness true when they are ready. Triton cannot unload the dead instance:
-  after such a restart its shutdown waits out the grace period.
+  readiness true when they are ready.
 - :meth:`Supervisor.shutdown` drains: readiness false and idle HTTP
   connections closed at once, SIGTERM to Triton (which finishes the requests in
   flight, HTTP and gRPC), and SIGKILL if it has not exited a little after the
@@ -19,6 +18,7 @@ monitor thread once the model is ready:
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from typing import Callable, Dict, Optional, Set
@@ -36,6 +36,16 @@ POLL_S = 0.5
 RETRY_S = 5.0
 #: Seconds past the grace period before a server that has not exited is killed.
 KILL_MARGIN_S = 2.0
+
+
+def describe_status(status: int) -> str:
+    """An exit status as a reader wants it: ``1``, or ``-6 (killed by SIGABRT)``."""
+    if status < 0:
+        try:
+            return f"{status} (killed by {signal.Signals(-status).name})"
+        except ValueError:
+            return f"{status} (killed by signal {-status})"
+    return str(status)
 
 
 class Supervisor:
@@ -108,7 +118,9 @@ class Supervisor:
 
     def begin_shutdown(self) -> None:
         """Readiness false and idle connections closed now; SIGTERM to Triton. Returns at once; idempotent."""
-        if self._stopping_since is not None:
+        if self._stopping_since is not None or self.triton.proc.poll() is not None:
+            self._stop.set()
+            self.front.refuse_now()
             return
         self._stopping_since = time.monotonic()
         self._stop.set()
@@ -120,22 +132,25 @@ class Supervisor:
 
     def wait_exit(self) -> int:
         """Wait for Triton to exit (killed a little after the grace period once a shutdown began); its status."""
-        while self._status is None:
+        if self._status is not None:
+            return self._status
+        while True:
             status = self.triton.wait(0.1)
             if status is not None:
-                self._status = status
+                self.triton.kill_group()  # stubs of a server that died must not outlive it
                 break
             if self._stopping_since is not None and \
                     time.monotonic() - self._stopping_since > self.grace_s + KILL_MARGIN_S:
                 logger.error("tritonserver (pid %d) had not exited %.0f s after SIGTERM: killed", self.triton.pid,
                              self.grace_s + KILL_MARGIN_S)
                 self.triton.kill()
-                self._status = 1
-        if self._status != 0:
-            why = ("; an instance had died and been restarted, and Triton cannot unload a dead instance, so it "
-                   "waited out the grace period") if self.restarts else ""
-            logger.error("tritonserver exited with status %d%s", self._status, why)
-        return self._status
+                status = 1
+                break
+        if status != 0 and self._stopping_since is not None:
+            logger.error("tritonserver exited with status %s%s", describe_status(status),
+                         f" ({self.restarts} instance restart(s) before)" if self.restarts else "")
+        self._status = status
+        return status
 
     def shutdown(self) -> int:
         """Drain and stop (see :meth:`begin_shutdown`), close the front; the server's exit status."""

@@ -209,3 +209,18 @@ def test_an_instance_that_dies_is_restarted_and_readiness_is_false_meanwhile(ser
     assert 503 in seen, f"readiness after the instance died: {seen}"
     _serves_again(server)
     assert "died" in server.output()[1]
+
+
+def test_a_server_that_dies_makes_mxtrt_serve_exit_1_with_the_reason_and_nothing_left(server):
+    # Last in the module: it ends the module's server. Before, `mxtrt serve` returned the dead server's
+    # status as its own (250 after an abort) and said nothing.
+    below = children(server.proc.pid)
+    triton = [p for p in below if _comm(p) == "tritonserver"][0]
+    os.kill(triton, signal.SIGKILL)
+    assert server.proc.wait(timeout=30) == 1
+    err = server.output()[1]
+    assert "tritonserver stopped serving on its own (status -9 (killed by SIGKILL))" in err, err[-2000:]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in below)

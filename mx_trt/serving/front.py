@@ -6,7 +6,8 @@ request there over one upstream connection per client connection. On the way:
 
 - an inference request for the model is read whole (up to
   :func:`~mx_trt.serving.admission.body_limit`, else 413 before the body is
-  read) and its JSON header checked by
+  read; a gzip or deflate body is inflated to no more than that) and its JSON
+  header checked by
   :func:`~mx_trt.serving.admission.check_request`; malformed JSON or a shape,
   datatype, batch or data size the model does not take gets a 400 with the
   reason, in the time it takes to parse the header, and Triton never sees it;
@@ -29,6 +30,7 @@ import logging
 import re
 import socket
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -249,20 +251,36 @@ class HttpFront:
             return
         if not self.ready:
             raise _Refused(503, f"not ready: {self.why_not_ready}")
-        head = body
+        head = self._decoded(headers.get("Content-Encoding", ""), body)
         if headers.get("Inference-Header-Content-Length") is not None:
             try:
                 n = int(headers["Inference-Header-Content-Length"])
             except ValueError:
                 raise _Refused(400, "bad Inference-Header-Content-Length") from None
-            if not 0 <= n <= len(body):
-                raise _Refused(400, f"Inference-Header-Content-Length {n} is outside the body ({len(body)} bytes)")
-            head = body[:n]
+            if not 0 <= n <= len(head):
+                raise _Refused(400, f"Inference-Header-Content-Length {n} is outside the body ({len(head)} bytes)")
+            head = head[:n]
         doc, problem = parse_header(head)
         if doc is not None:
             problem = check_request(doc, self.rules, self.max_batch)
         if problem is not None:
             raise _Refused(400, problem)
+
+    def _decoded(self, encoding: str, body: bytes) -> bytes:
+        """The body as Triton will read it: ``gzip`` and ``deflate`` undone, to no more than the body limit."""
+        encoding = encoding.strip().lower()
+        if encoding in ("", "identity"):
+            return body
+        if encoding not in ("gzip", "deflate"):
+            raise _Refused(400, f"Content-Encoding {encoding!r}: send gzip, deflate or none")
+        try:
+            inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+            data = inflater.decompress(body, self.limit + 1)
+        except zlib.error as exc:
+            raise _Refused(400, f"the {encoding} body does not decompress: {exc}") from None
+        if len(data) > self.limit or inflater.unconsumed_tail:
+            raise _Refused(413, f"the decompressed request is larger than this model can take ({self.limit} bytes)")
+        return data
 
     def _register(self, handler: _Handler) -> bool:
         with self._lock:

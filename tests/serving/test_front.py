@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -148,4 +149,25 @@ def test_an_unreachable_server_gives_503(front):
     conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
     status, doc, _ = _post(conn, "/v2/models/m/infer", _body([1, 2], 2))
     assert status == 503 and "not reachable" in doc["error"]
+    conn.close()
+
+
+def test_a_compressed_body_is_checked_as_triton_will_read_it(front):
+    conn = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+
+    def send(body, encoding):
+        conn.request("POST", "/v2/models/m/infer", body=body, headers={"Content-Encoding": encoding})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+
+    good = _body([1, 2], 2)
+    assert send(zlib.compress(good), "deflate")[0] == 200
+    gz = zlib.compressobj(wbits=31)
+    status, text = send(gz.compress(_body([1, 2 * 10**12], 4)) + gz.flush(), "gzip")
+    assert status == 400 and b"has shape" in text
+    bomb = zlib.compress(b" " * (front.limit + 10))  # a small body that inflates past the limit
+    assert send(bomb, "deflate")[0] == 413
+    assert send(b"not deflate", "deflate")[0] == 400
+    assert send(good, "br")[0] == 400
+    assert len(_Upstream.seen) == 1
     conn.close()

@@ -47,12 +47,13 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriz
 
 
 class _Refused(Exception):
-    """A request answered by the front itself: status and message."""
+    """A request answered by the front itself: status, message, and whether the connection is closed after."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.close = close or status == 413
 
 
 class _Server(ThreadingHTTPServer):
@@ -110,7 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, data = self._forward(body)
             self._send(status, headers, data)
         except _Refused as exc:
-            self._reply(exc.status, exc.message, close=exc.status == 413)
+            self._reply(exc.status, exc.message, close=exc.close)
         finally:
             front._end(self)
 
@@ -125,7 +126,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(400, "bad Content-Length")
         if length > limit:
             raise _Refused(413, f"the request body ({length} bytes) is larger than this model can take ({limit})")
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        if len(body) != length:
+            raise _Refused(400, f"the request body ended after {len(body)} of {length} bytes", close=True)
+        return body
 
     def _read_chunked(self, limit: int) -> bytes:
         parts: List[bytes] = []

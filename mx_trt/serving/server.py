@@ -28,7 +28,7 @@ import signal
 import socket
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence
 
 from mx_trt.errors import ServeError
 from mx_trt.serving.admission import InputRule
@@ -214,7 +214,7 @@ def _start(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int]
 
 def serve(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int]],
           dtypes: Optional[Mapping[str, str]] = None, options: Optional[ServeOptions] = None,
-          banner: Any = None) -> int:
+          banner: Optional[Callable[[Endpoints], None]] = None) -> int:
     """Serve a checkpoint until SIGTERM or SIGINT; returns the server's exit status (0 after a clean drain).
 
     On the signal, readiness turns false at once, idle HTTP connections are

@@ -11,7 +11,15 @@ import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import call_backend, call_settings, grad_requests, guarded
+from mx_trt.frontends.common import (
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    grad_requests,
+    guarded,
+    load_weights,
+)
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.runtime.fused_op import holds_fused_nodes
@@ -84,8 +92,11 @@ def accelerated_simple_bind(
     original = hook.original_simple_bind()
 
     def native() -> Any:
-        return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
-                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        exe = original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                       shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        if shared_buffer:  # as the accelerated bind does: arguments and aux states from shared_buffer
+            load_weights(exe, shared_buffer)
+        return exe
 
     if holds_fused_nodes(sym):  # already optimized (Symbol.optimize_for): its fused nodes are the engines
         logger.debug("simple_bind: the symbol already holds fused nodes; bound natively")
@@ -100,6 +111,8 @@ def accelerated_simple_bind(
         request = BindRequest(symbol=sym, shapes=shape_keywords(sym, kwargs), params=dict(shared_buffer),
                               settings=settings, backend=call_backend(ctx, settings), ctx=ctx, type_dict=type_dict,
                               native_bind=original, shared_arg_names=shared_arg_names, shared_exec=shared_exec)
+        if calibrates_on_forwards(settings):
+            return calibrating_bind(request)
         return bind(request)[0]
 
     return guarded("simple_bind", accelerated, native, fallback="binding natively")

@@ -152,6 +152,9 @@ def optimize(request: BindRequest) -> BindInfo:
             src = graph.nodes[e.node]
             if src.is_variable and e.node in absorbed_ids:
                 needed.add(src.name)
+    # Native operators still running may rewrite a weight in place (MXNet's oneDNN convolution reorders its
+    # weight into a blocked layout during an inference forward): the weights are read only once nothing runs.
+    mx.nd.waitall()
     weights_np = LazyWeights(params, needed)
     digests_all = {k: digest_of(weights_np[k]) for k in sorted(needed)}  # the views are kept for the export
     ranges = batch_ranges(settings, shapes)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt import patches
 from mx_trt.build.backends.base import Buffer, Engine
 from mx_trt.errors import EngineRunError, MxTrtError, ShapeError
 
@@ -479,12 +480,16 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     """
     import mxnet as mx
 
-    native_forward, native_reshape = exe.forward, exe.reshape
-    engines = list(engines)
+    # The wrappers hold the executor weakly: a cycle through it would keep it, and its
+    # engines, alive until a garbage collection.
+    cls, ref, engines = type(exe), weakref.ref(exe), list(engines)
 
     def forward(is_train: bool = False, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
         try:
-            outs = native_forward(is_train=is_train, **kwargs)
+            outs = cls.forward(me, is_train=is_train, **kwargs)
             for o in outs:
                 o.wait_to_read()
         except mx.base.MXNetError:
@@ -495,21 +500,24 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
         return outs
 
     def reshape(*args: Any, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
         try:
-            new = native_reshape(*args, **kwargs)
+            new = cls.reshape(me, *args, **kwargs)
         except mx.base.MXNetError:
             err = take_error(engines)
             if err is None:
                 raise
             raise err from None
         guard_forward(new, engines)
-        info = getattr(exe, "_mx_trt", None)
+        info = getattr(me, "_mx_trt", None)
         if info is not None and getattr(new, "_mx_trt", None) is None:
             new._mx_trt = info
         return new
 
-    forward.__doc__ = native_forward.__doc__
-    reshape.__doc__ = native_reshape.__doc__
+    forward.__doc__ = cls.forward.__doc__
+    reshape.__doc__ = cls.reshape.__doc__
     exe.forward = forward
     exe.reshape = reshape
 
@@ -569,7 +577,13 @@ def _release_on_delete() -> None:
         return
     before = set(old)
     table = _ReleasingTable(old)
-    registry.ref_holder = table
+
+    def restore() -> None:  # the objects MXNet registered meanwhile go back with the table
+        old.clear()
+        old.update(dict(table))
+        registry.ref_holder = old
+
+    patches.put(registry, "ref_holder", table, restore)
     # Whatever another thread changed in the old table while it was copied.
     table.update({k: v for k, v in list(old.items()) if k not in before})
     for k in before - set(old):
@@ -582,9 +596,9 @@ def ensure_registered() -> None:
     with _lock:
         if not _registered:
             _register()
-            _release_on_delete()
             atexit.register(_drain_at_exit)
             _registered = True
+        _release_on_delete()  # again after mx_trt.uninstall put MXNet's own table back
 
 
 def registry_size() -> int:

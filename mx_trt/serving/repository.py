@@ -135,7 +135,7 @@ def _tensors(kind: str, specs: Iterable[TensorSpec]) -> List[str]:
 def config_text(name: str, backend: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], max_batch: int,
                 max_queue_delay_us: int, instances: int, kind: str = "KIND_CPU", platform: Optional[str] = None,
                 gpus: Optional[Sequence[int]] = None) -> str:
-    """The ``config.pbtxt`` of one model (protobuf text format).
+    """The ``config.pbtxt`` of one model (protobuf text format): ``platform``, ``backend`` or both.
 
     Raises:
         ServeError: a dtype Triton does not carry, or a bad count.
@@ -144,7 +144,8 @@ def config_text(name: str, backend: str, inputs: Sequence[TensorSpec], outputs: 
         raise ServeError(f"instances ({instances}) and max_batch ({max_batch}) must be >= 1, "
                          f"max_queue_delay_us ({max_queue_delay_us}) >= 0")
     head = [f'name: "{check_model_name(name)}"']
-    head.append(f'platform: "{platform}"' if platform else f'backend: "{backend}"')
+    # With both, Triton checks that they agree (onnxruntime_onnx is the onnxruntime backend's platform).
+    head += ([f'platform: "{platform}"'] if platform else []) + ([f'backend: "{backend}"'] if backend else [])
     head.append(f"max_batch_size: {max_batch}")
     group = f"  {{ count: {instances} kind: {kind}" + (f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else "") + " }"
     body = [*_tensors("input", inputs), *_tensors("output", outputs),

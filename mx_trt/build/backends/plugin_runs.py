@@ -21,7 +21,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,6 +58,10 @@ class PluginRun:
 
 
 _LOCAL = threading.local()
+#: Faults of calls made on a thread with no run open (a backend calling back from a thread of its own):
+#: the next run to close takes them, so a fault is never silent.
+_ORPHANS: List[str] = []
+_ORPHANS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -71,6 +75,10 @@ def watching(shapes: Sequence[PluginShape] = (), functions: Optional[Mapping[str
         yield run
     finally:
         _LOCAL.run = before
+        if _ORPHANS:
+            with _ORPHANS_LOCK:
+                run.faults.extend(_ORPHANS)
+                _ORPHANS.clear()
 
 
 def current() -> Optional[PluginRun]:
@@ -130,8 +138,9 @@ def call_plugin(name: str, fn: Optional[Callable[..., Any]], inputs: Sequence[np
 
     Returns:
         One array per declared output: the function's results, or, after a fault
-        (recorded in the current run, logged if there is none), zeros of the
-        expected shapes (input 0's where none is known).
+        (recorded in the current run; with none open on this thread, logged and
+        handed to the next run that closes), zeros of the expected shapes
+        (input 0's where none is known).
     """
     run = current()
     want = list(out_shapes) if out_shapes is not None else _expected(name, [tuple(a.shape) for a in inputs], run)
@@ -145,7 +154,9 @@ def call_plugin(name: str, fn: Optional[Callable[..., Any]], inputs: Sequence[np
         if run is not None:
             run.faults.append(fault)
         else:
-            logger.error("%s (outside an mx_trt engine run: zeros returned)", fault)
+            logger.error("%s (on a thread with no mx_trt engine run open: zeros returned)", fault)
+            with _ORPHANS_LOCK:
+                _ORPHANS.append(fault)
     try:
         shapes = want or [tuple(inputs[0].shape) if inputs else (1,)] * len(out_dtypes)
         return tuple(np.zeros(s, dtype=dt) for s, dt in zip(shapes, out_dtypes))

@@ -14,6 +14,7 @@ from mx_trt.errors import MxTrtError
 from mx_trt.serving.engine_models import variants_note, whole_model_export, write_onnx_model, write_plan_model
 from mx_trt.serving.repository import replace_problem, write_python_model
 from mx_trt.serving.server import input_specs
+from mx_trt.tools.cli import onnx_file
 from mx_trt.tools.cli.checkpoint import load_model
 from mx_trt.tools.cli.options import (
     EXIT_OK,
@@ -32,8 +33,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
                        description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
                                    "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
-                                   "without building anything.")
-    p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
+                                   "without building anything. With --onnx OUT.onnx instead of OUTDIR: the whole "
+                                   "model as one ONNX file that runs without MXNet.")
+    p.add_argument("outdir", metavar="OUTDIR", nargs="?", default=None, help="target folder (created)")
     add_max_batch(p)
     p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
     p.add_argument("--json", action="store_true", help="print the manifest")
@@ -43,6 +45,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "gets OUTDIR/NAME_onnx (onnxruntime_onnx) and, where TensorRT builds, OUTDIR/NAME_trt "
                         "(tensorrt_plan, for this machine's GPU)")
     add_serve_options(p, max_batch=False)
+    onnx_file.add_options(p)
     p.set_defaults(func=run)
 
 
@@ -69,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         UsageError: a bad ``--max-batch``, OUTDIR a file, not empty without
             ``--force``, or a folder that cannot be created or written.
     """
+    if args.onnx:
+        return onnx_file.run(args)
+    if not args.outdir:
+        raise UsageError("the following arguments are required: OUTDIR (or --onnx OUT.onnx)")
     check_max_batch(args)
     outdir = os.path.abspath(args.outdir)
     if os.path.exists(outdir) and not os.path.isdir(outdir):

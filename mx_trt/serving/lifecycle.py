@@ -167,12 +167,25 @@ def _stat(pid: str) -> Optional[Tuple[str, str, int]]:
     return head.split("(", 1)[-1], fields[0], int(fields[1])
 
 
+def _children(pid: int) -> List[str]:
+    """The children of ``pid``: from ``/proc/PID/task/*/children`` where the kernel has it, else every process."""
+    found: List[str] = []
+    tasks = glob.glob(f"/proc/{pid}/task/*/children")
+    if not tasks:
+        return [e for e in os.listdir("/proc") if e.isdigit()]
+    for path in tasks:
+        try:
+            with open(path, encoding="ascii") as f:
+                found.extend(f.read().split())
+        except OSError:
+            continue
+    return found
+
+
 def stub_processes(server_pid: int) -> Dict[int, bool]:
     """The Python-backend stubs whose parent is ``server_pid``: ``{pid: alive}`` (a zombie is dead)."""
     out: Dict[int, bool] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in _children(server_pid):
         st = _stat(entry)
         if st is not None and st[2] == server_pid and st[0] == STUB_COMM:
             out[int(entry)] = st[1] not in ("Z", "X")

@@ -5,10 +5,10 @@
   so a port in use (by another program, or by a server orphaned by an earlier
   ``mxtrt serve``) is named in the error instead of a readiness probe reaching
   that other server.
-- :func:`die_with_parent`: the ``preexec_fn`` that ties ``tritonserver``'s life
-  to this process (``PR_SET_PDEATHSIG``): if this process dies, even by
-  SIGKILL, the server gets SIGTERM, drains for its exit timeout and exits;
-  its stubs follow it.
+- :func:`die_with_parent`: the command that ties ``tritonserver``'s life to
+  this process (``PR_SET_PDEATHSIG``): if this process dies, even by SIGKILL,
+  the server gets SIGTERM, drains for its exit timeout and exits; its stubs
+  follow it.
 - :func:`claim_workdir` / :func:`sweep_orphans`: each temporary folder records
   its owner (pid and start time); a folder whose owner and server are both gone
   is removed when the next server starts.
@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import ctypes
 import glob
 import json
 import logging
@@ -25,8 +24,9 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import ServeError
 
@@ -35,7 +35,6 @@ logger = logging.getLogger(__name__)
 #: The prefix of every temporary serving folder.
 WORKDIR_PREFIX = "mx_trt_serve_"
 OWNER_FILE = "owner.json"
-_PR_SET_PDEATHSIG = 1
 #: ``comm`` of Triton's Python-backend stub (``/proc/PID/stat`` keeps 15 characters).
 STUB_COMM = "triton_python_b"
 
@@ -76,26 +75,29 @@ def port_error(what: str, host: str, port: int, exc: OSError) -> str:
     return f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}"
 
 
-def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets ``sig`` when ``parent`` dies (Linux ``PR_SET_PDEATHSIG``).
+#: Run by this interpreter in front of the server: ``PR_SET_PDEATHSIG``, then ``exec`` of the server itself.
+#: It replaces a ``preexec_fn``, which is unsafe in a process with threads (MXNet's).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)\n"  # 1: PR_SET_PDEATHSIG
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != parent:\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n")
 
-    The signal follows the *thread* that started the child: start servers from a
-    thread that lives as long as they do (the main thread, typically). Where
-    ``prctl`` is missing this does nothing. A parent already gone before the
-    call makes the child exit at once.
+
+def die_with_parent(cmd: Sequence[str], parent: int, sig: int = signal.SIGTERM) -> List[str]:
+    """``cmd`` made to get ``sig`` when ``parent`` dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``).
+
+    A small step of this interpreter sets the signal, then ``exec``s ``cmd``
+    (the setting survives the ``exec``); a parent already gone makes it exit.
+    The signal follows the *thread* that started the child: start servers
+    from a thread that lives as long as they do (the main thread, typically).
     """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        prctl = None
-
-    def preexec() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(parent), str(int(sig)), *cmd]
 
 
 def _start_time(pid: int) -> Optional[int]:

@@ -76,8 +76,8 @@ class TritonProcess:
         try:
             # A session of its own: a terminal's Ctrl-C reaches only this process, which hands the server one
             # SIGTERM. PR_SET_PDEATHSIG: if this process dies, even by SIGKILL, the server gets SIGTERM.
-            self.proc = subprocess.Popen(cmd, env=runtime.env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                         start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+            self.proc = subprocess.Popen(die_with_parent(cmd, os.getpid()), env=runtime.env, stdout=out,
+                                         stderr=subprocess.STDOUT if out else None, start_new_session=True)
         except OSError as exc:
             raise ServeError(f"cannot start {runtime.server}: {exc}") from exc
         finally:

@@ -66,8 +66,8 @@ def test_the_server_dies_with_its_parent_even_on_sigkill(tmp_path):
         import os, subprocess, sys, time
         sys.path.insert(0, {ROOT!r})
         from mx_trt.serving.lifecycle import die_with_parent
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                                 preexec_fn=die_with_parent(os.getpid()))
+        child = subprocess.Popen(die_with_parent([sys.executable, "-c", "import time; time.sleep(120)"],
+                                                 os.getpid()))
         print(child.pid, flush=True)
         time.sleep(120)
     """)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -121,20 +122,23 @@ def main() -> None:
     prefix = os.path.join(root, "tiny")
     small_cnn(prefix)
     cmd = [prefix, "--epoch", "0", "--shape", "data=1,3,16,16", "--max-batch", "8"]
-    srv = CliServer(cmd, os.path.join(root, "run"), os.path.join(root, "cache"))
     try:
-        srv.wait_ready()
-        huge_shapes(srv)
-        front_cost(srv)
-    finally:
-        srv.stop()
-    for i in range(args.runs):
-        srv = CliServer(cmd, os.path.join(root, f"run{i}"), os.path.join(root, "cache"))
+        srv = CliServer(cmd, os.path.join(root, "run"), os.path.join(root, "cache"))
         try:
             srv.wait_ready()
-            sigterm(srv)
+            huge_shapes(srv)
+            front_cost(srv)
         finally:
             srv.stop()
+        for i in range(args.runs):
+            srv = CliServer(cmd, os.path.join(root, f"run{i}"), os.path.join(root, "cache"))
+            try:
+                srv.wait_ready()
+                sigterm(srv)
+            finally:
+                srv.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from mx_trt.errors import (
     MxTrtError,
     NotConvertibleError,
     ParamMismatchError,
+    PrecisionConflictError,
     TrainingNotSupportedError,
     ShapeError,
     UnsupportedOpError,
@@ -69,8 +70,8 @@ __all__ = [
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
     "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "calibration_table", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "NotConvertibleError", "ParamMismatchError", "ShapeError",
-    "TrainingNotSupportedError", "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "NotConvertibleError", "ParamMismatchError", "PrecisionConflictError",
+    "ShapeError", "TrainingNotSupportedError", "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)

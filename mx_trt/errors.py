@@ -80,3 +80,11 @@ class NotConvertibleError(UnsupportedOpError):
     def __init__(self, message: str, operators: Sequence[Tuple[str, str, str]]) -> None:
         super().__init__(message)
         self.operators: List[Tuple[str, str, str]] = list(operators)
+
+
+class PrecisionConflictError(MxTrtError):
+    """Two precisions were asked for at once (``precision='int8'`` with ``fp16=True``, in any order or way).
+
+    Like :class:`CalibrationError`, an explicit request that cannot be honoured as
+    asked: raised whether or not ``MXNET_TENSORRT_STRICT`` is set.
+    """

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Generic, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
-from mx_trt.errors import CalibrationError, MxTrtError
+from mx_trt.errors import CalibrationError, MxTrtError, PrecisionConflictError
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +134,11 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
     raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
     if not raw:
         return None
-    where = f"MXNET_TENSORRT_PROFILES={raw!r}"
+    where = f"MXNET_TENSORRT_PROFILES={raw[:200]!r}" + ("..." if len(raw) > 200 else "")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise MxTrtError(f"{where} is not valid JSON (nested too deeply); expected a list of profiles") from None
     except ValueError as exc:
         raise MxTrtError(f"{where} is not valid JSON ({exc}); expected a list of profiles, e.g. "
                          '[{"data": [[1,3,224,224], [8,3,224,224], [32,3,224,224]]}]') from None
@@ -352,6 +354,7 @@ class Settings:
         precision = _env_choice("MXNET_TENSORRT_PRECISION", "", ("fp32", "fp16", "int8"))
         fp16 = get_use_fp16()
         if precision == "int8" and fp16:
+            # A bad environment: one warning and a native bind, like any other (a typed error under strict).
             raise MxTrtError("MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are "
                              "both set: int8 engines keep their float layers in fp32; ask for one precision")
         if precision:
@@ -389,8 +392,11 @@ class Settings:
 
         Raises:
             MxTrtError: an unknown option, or a value that is not allowed (the message names both).
+            PrecisionConflictError: int8 and fp16 asked for together (see :func:`_check_one_precision`).
         """
         changes: Dict[str, Any] = {}
+        precision: Optional[str] = None
+        fp16: Optional[bool] = None
         for name, value in options.items():
             parse = OPTIONS.get(name)
             if parse is None:
@@ -400,14 +406,38 @@ class Settings:
             except (TypeError, ValueError) as exc:
                 raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
             if field_name == "precision":  # one precision: int8, fp16 or fp32
+                precision = parsed
                 changes.update(int8=parsed == "int8", fp16=parsed == "fp16")
-            elif field_name == "fp16" and parsed:
-                changes.update(fp16=True, int8=False)
+            elif field_name == "fp16":
+                fp16 = bool(parsed)
+                if parsed:
+                    changes.update(fp16=True, int8=False)
             else:
                 changes[field_name] = parsed
+        _check_one_precision(precision, fp16, where)
         out = dataclasses.replace(self, **changes)
         out.check_int8()
         return out
+
+
+def _check_one_precision(precision: Optional[str], fp16: Optional[bool], where: str) -> None:
+    """Refuse two precisions asked for together: ``precision='int8'`` (or ``'fp32'``) with ``fp16=True``
+    in one call's options (any order), or ``precision='int8'`` with ``set_use_fp16(True)`` /
+    ``MXNET_TENSORRT_USE_FP16``. An option over another precision of the environment's
+    (``MXNET_TENSORRT_PRECISION``) or of earlier options wins, as every option does.
+
+    Raises:
+        PrecisionConflictError: naming both requests.
+    """
+    other = ""
+    if precision in ("int8", "fp32") and fp16:
+        other = "fp16=True"
+    elif precision == "int8" and fp16 is None and get_use_fp16():
+        other = "fp16 from set_use_fp16(True) or MXNET_TENSORRT_USE_FP16"
+    if other:
+        asked = f"precision={precision!r}"
+        why = " (int8 engines keep their float layers in fp32, not fp16)" if "int8" in asked + other else ""
+        raise PrecisionConflictError(f"{where}: {asked} and {other} ask for two precisions{why}; ask for one")
 
 
 def _check_advisory() -> None:
@@ -437,8 +467,13 @@ def _check_advisory() -> None:
                       value, ", ".join(unknown), "is" if len(unknown) == 1 else "are")
 
 
-def _mxnet_op_names() -> FrozenSet[str]:
+def mxnet_op_names() -> FrozenSet[str]:
     """Every operator name MXNet has registered now (aliases included); empty if MXNet cannot say."""
+    return _mxnet_op_names()
+
+
+def _mxnet_op_names() -> FrozenSet[str]:
+    """See :func:`mxnet_op_names`."""
     try:
         import mxnet as mx
 

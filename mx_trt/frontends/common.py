@@ -17,7 +17,7 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 from mx_trt.build.backends import Backend, select_backend
-from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError
+from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError, PrecisionConflictError
 from mx_trt.runtime.fused_op import data_ptr
 from mx_trt.settings import Settings
 
@@ -159,6 +159,7 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
     Raises:
         BackendUnavailableError: a backend forced by name is missing.
         CalibrationError: int8 was asked for without a usable calibration table.
+        PrecisionConflictError: int8 and fp16 were asked for together.
         Exception: whatever ``accelerated`` raised, when strict (a :class:`NativeFallback` never).
     """
     tail = fallback or f"{what} runs natively"
@@ -166,8 +167,8 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
         return accelerated()
     except NativeFallback as exc:
         logger.warning("%s %s: %s", prefix, exc, tail)
-    except CalibrationError:
-        raise
+    except (CalibrationError, PrecisionConflictError):
+        raise  # explicit requests that cannot be honoured as asked: never replaced by a native run
     except BackendUnavailableError as exc:
         if _forced_backend(options) or _strict(options):
             raise

@@ -61,6 +61,7 @@ from mx_trt.settings import masked_subgraph_backend
 from mx_trt.runtime.fused_op import (
     OP_TYPE,
     FusedEngine,
+    guard_forward,
     fused_engine_keys,
     holds_fused_nodes,
     lookup_engine,
@@ -441,6 +442,7 @@ def bind_optimized_on(info: BindInfo, ctx: Any, arrays: Mapping[str, Any], share
     exe = _original("bind")(new, ctx, {n: arrays[n] for n in new.list_arguments()}, None, "null",
                             {n: arrays[n] for n in new.list_auxiliary_states()}, None, shared_exec)
     exe._mx_trt = info
+    guard_forward(exe, info.engines)
     return exe
 
 

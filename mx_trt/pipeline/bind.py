@@ -26,7 +26,7 @@ from mx_trt.build.engines import EngineProvider, SubgraphJob
 from mx_trt.build.profiles import batch_ranges
 from mx_trt.build.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
-from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError, ShapeError
+from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.subgraph import entry_name
 from mx_trt.graph.importer import graph_to_json
@@ -37,7 +37,7 @@ from mx_trt.pipeline.int8 import Int8Setup, int8_setup
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward, register_engine
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,8 @@ def optimize(request: BindRequest) -> BindInfo:
         try:
             engine, source = provider.get(job)
         except MxTrtError as exc:
+            if settings.strict and isinstance(exc, ConversionError):
+                raise  # a converter broke (a user converter's output shape among others): strict wants to know
             failures[sg.name] = str(exc)
             logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
                            _op_summary(graph, sg.nodes), exc)
@@ -258,6 +260,7 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
         if name in params:
             _copy_into(exe.aux_dict[name], params[name])
     exe._mx_trt = info
+    guard_forward(exe, info.engines)
     return exe
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from mx_trt.build.progress import TerminalLine, bar
 from mx_trt.errors import CalibrationError, MxTrtError
-from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, graph_digest
+from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, check_writable_table, graph_digest
 from mx_trt.export.subgraph import entry_name
 from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_backend
@@ -73,7 +73,8 @@ def calibrate(sym: Any, params: Any, data: Any, num_batches: Optional[int] = Non
 
     Raises:
         CalibrationError: a bad method or percentile, no batch, a batch that does not
-            fit the symbol, or a tensor holding NaN/infinity.
+            fit the symbol, a tensor holding NaN/infinity, or ``out`` in a folder that
+            does not exist (checked first) or that cannot be written.
         MxTrtError: a bad option, or the graph cannot be analysed.
 
     Complexity: one native forward per batch, plus O(tensor size) per tensor for
@@ -87,6 +88,8 @@ def calibrate(sym: Any, params: Any, data: Any, num_batches: Optional[int] = Non
         raise CalibrationError(f"percentile={percentile!r} must be in (0, 100]")
     if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1):
         raise CalibrationError(f"num_batches={num_batches!r} must be a positive integer or None")
+    if out is not None:
+        check_writable_table(out)  # before the calibration runs, not after
     ctx = ctx if ctx is not None else mx.cpu()
     weights = _weights(params)
     settings = _settings(options)
@@ -183,7 +186,18 @@ class Calibrator:
             num_samples=self.samples, percentile=self.percentile if self.method == "percentile" else None)
         logger.info("calibrate: %d tensor(s) over %d batch(es), %d sample(s) (%s)", len(self.entries), self.batches,
                     self.samples, self.method)
+        _warn_zero_ranges(table)
         return table
+
+
+def _warn_zero_ranges(table: CalibrationTable) -> None:
+    """One warning naming the tensors that held only zeros: their int8 values would all be zero."""
+    zero = [table.names[k] for k, r in sorted(table.tensors.items()) if r.amax == 0]
+    if zero:
+        logger.warning("calibrate: %s held only zeros on the calibration data: %s int8 range is zero, so int8 engines "
+                       "give %s zeros; calibrate on representative data",
+                       ", ".join(zero[:5]) + (f" and {len(zero) - 5} more" if len(zero) > 5 else ""),
+                       "its" if len(zero) == 1 else "their", "it" if len(zero) == 1 else "them")
 
 
 def _numpy(a: Any) -> np.ndarray:

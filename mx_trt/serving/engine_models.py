@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.artifacts_onnx import describe_refusal, save_onnx, whole_model
@@ -26,7 +25,7 @@ from mx_trt.build.backends import Backend, BuildOptions
 from mx_trt.errors import MxTrtError, NotConvertibleError, ServeError
 from mx_trt.export.subgraph import ExportedSubgraph
 from mx_trt.serving.executors import TensorSpec
-from mx_trt.serving.repository import check_model_name, config_text
+from mx_trt.serving.repository import claim_model_dir, config_text, mark_model_dir
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -64,14 +63,6 @@ def whole_model_export(symbol: Any, params: Mapping[str, Any], inputs: Sequence[
     return exported, ""
 
 
-def _model_dir(repo: str, name: str) -> str:
-    folder = os.path.join(repo, check_model_name(name))
-    if os.path.isdir(folder):
-        shutil.rmtree(folder)
-    os.makedirs(os.path.join(folder, "1"))
-    return folder
-
-
 def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int) -> str:
     """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``, ``backend:
@@ -81,11 +72,12 @@ def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
         ServeError: the folder cannot be written.
     """
     try:
-        folder = _model_dir(repo, name)
+        folder = claim_model_dir(repo, name)
         save_onnx(exported, os.path.join(folder, "1", ONNX_FILE))
         with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
             f.write(config_text(name, "onnxruntime", inputs, outputs, max_batch, max_queue_delay_us, instances,
                                 platform="onnxruntime_onnx"))
+        mark_model_dir(folder)
     except OSError as exc:
         raise ServeError(f"cannot write the ONNX model {name!r} into {repo}: {exc}") from exc
     return folder
@@ -107,7 +99,7 @@ def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
     info = {"backend": backend.version(), "device": backend.device_signature(device_id), "max_batch": max_batch,
             "bytes": len(plan)}
     try:
-        folder = _model_dir(repo, name)
+        folder = claim_model_dir(repo, name)
         with open(os.path.join(folder, "1", PLAN_FILE), "wb") as f:
             f.write(plan)
         with open(os.path.join(folder, "1", PLAN_INFO), "w", encoding="utf-8") as f:
@@ -115,6 +107,7 @@ def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
         with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
             f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances, "KIND_GPU",
                                 platform="tensorrt_plan", gpus=[device_id]))
+        mark_model_dir(folder)
     except OSError as exc:
         raise ServeError(f"cannot write the TensorRT model {name!r} into {repo}: {exc}") from exc
     logger.info("wrote %s: a %s plan for %s", folder, info["backend"], info["device"])

@@ -12,7 +12,7 @@ from mx_trt.build.backends import BACKENDS
 from mx_trt.build.backends.tensorrt import TensorRTBackend
 from mx_trt.errors import MxTrtError
 from mx_trt.serving.engine_models import variants_note, whole_model_export, write_onnx_model, write_plan_model
-from mx_trt.serving.repository import write_python_model
+from mx_trt.serving.repository import replace_problem, write_python_model
 from mx_trt.serving.server import input_specs
 from mx_trt.tools.cli import onnx_file
 from mx_trt.tools.cli.checkpoint import load_model
@@ -106,6 +106,11 @@ def _triton(args: argparse.Namespace, ckpt: Any, shapes: Any, outdir: str) -> in
     opts = serve_options(args, ckpt.prefix)
     name = str(opts.model_name)
     _check_writable(outdir)
+    for folder in (name, f"{name}_onnx", f"{name}_trt"):  # before anything is written
+        path = os.path.join(outdir, folder)
+        problem = replace_problem(path, folder) if os.path.lexists(path) else None
+        if problem is not None:
+            raise UsageError(f"{path} {problem}: not replacing it (move it away, or export to another folder)")
     spec = write_python_model(outdir, name, ckpt.symbol, ckpt.arg_params, ckpt.aux_params,
                               input_specs(shapes, dtypes), opts.max_batch, opts.max_queue_delay_us, opts.instances,
                               allow_nonfinite=opts.allow_nonfinite, imports=list(opts.imports))

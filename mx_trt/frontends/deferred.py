@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from mx_trt.errors import MxTrtError
+from mx_trt.errors import ConversionError, MxTrtError
 from mx_trt.export.converters import registry
 from mx_trt.export.spec import OpSpec
 from mx_trt.frontends import hook
@@ -116,8 +116,9 @@ def _ir(data: Mapping[str, Any]) -> Graph:
     return Graph(nodes=nodes, heads=[Entry(int(e[0]), int(e[1])) for e in data["heads"]])
 
 
+_CHANNEL_FIRST = ("NCW", "NCHW", "NCDHW")
 #: A validator's reason that depends on shapes or dtypes, which a placeholder partition does not know.
-_NEEDS_SHAPES = re.compile(r"shape|rank|dimension|dims|size|dtype|float|int|batch|axis|elements", re.I)
+_NEEDS_SHAPES = re.compile(r"shape|rank|dimension|dims|size|dtype|float|int|batch|axis|elements|unknown|\d-D|\(\)", re.I)
 
 
 def _attribute_reason(node: Node, entry: Any) -> Optional[str]:
@@ -127,12 +128,17 @@ def _attribute_reason(node: Node, entry: Any) -> Optional[str]:
     types (or a validator that needs them and raises) does not count: the bind,
     with shapes known, decides those.
     """
+    layout = str(node.attrs.get("layout", "") or "")
+    if layout not in ("", "None") and layout not in _CHANNEL_FIRST:
+        return f"layout {layout} is not supported, only channel-first ones"
     n_in, n_out = len(node.inputs), max(1, node.num_outputs)
     spec = OpSpec(name=node.name, op=node.op, attrs=node.attrs, in_shapes=((),) * n_in, in_dtypes=("float32",) * n_in,
                   out_shapes=((),) * n_out, out_dtypes=("float32",) * n_out)
     for validate in entry.validators:
         try:
             reason = validate(spec)
+        except ConversionError as exc:  # a validator that says why by raising
+            reason = str(exc)
         except Exception:  # noqa: BLE001 - it needs the shapes: the bind will tell
             continue
         if reason and not _NEEDS_SHAPES.search(reason):

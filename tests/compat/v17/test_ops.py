@@ -24,7 +24,18 @@
 #   logged it), and setup_module (MXNet's seeding hook for nose) is not needed;
 # - both TensorRT executors (fp32, fp16) of every check must have built engines and run them
 #   (tests.compat.engines).
-# The operators, their parameters, the "unsupported" checks and every tolerance are the original's.
+# The operators and their parameters are the original's. Two kinds of assertion changed:
+# - "unsupported" (check_unsupported_single_sym) where mx_trt converts what MXNet 1.7's TensorRT did
+#   not: FullyConnected without bias, softrelu/softsign, sum pooling, the 'full' convention,
+#   average pooling counting the padding, BatchNorm on another axis than 1. The original asserted a
+#   gap of that release, not a behaviour: here the same graph must become an engine and match
+#   native MXNet (check_single_sym), with the tolerances the original gave the op's supported
+#   variants. What mx_trt does not convert (NHWC layouts, lp pooling without p_value, which MXNet
+#   itself cannot run, Dropout with mode='always' or axes) keeps its "unsupported" check.
+# - bit-exact fp32 (rtol 0, atol 0) becomes rtol 1e-6 (FP32_BIT_EXACT below): on a CPU the engine
+#   (ONNX Runtime) and native MXNet (oneDNN) run different kernels, which differ in the last bit or
+#   two (measured: 3.5e-7 relative on strided convolutions, 1.2e-7 on sigmoid). On a GPU both ran
+#   NVIDIA's kernels.
 #
 # Expected to fail: test_identity and test_dropout (which starts with mode='training'). Native
 # MXNet 1.9.1's CPU build cannot bind their reference graph (identity(identity(data)),
@@ -53,8 +64,12 @@ def check_unsupported_single_sym(sym):
     trt_sym = wrapped_sym.get_backend_symbol('TensorRT')
     assert len(wrapped_sym.get_internals()) == len(trt_sym.get_internals())
 
+#: The smallest fp32 tolerance two CPU kernel libraries can meet (see the header).
+FP32_BIT_EXACT = 1e-6
+
 def check_single_sym(sym, data_shapes, arg_params_shapes=None, aux_params_shapes=None,
                      rtol_fp32=1e-5, atol_fp32=0., rtol_fp16=1e-3, atol_fp16=0.):
+    rtol_fp32 = max(rtol_fp32, FP32_BIT_EXACT)
     if arg_params_shapes is None:
         arg_params_shapes = {}
     if aux_params_shapes is None:
@@ -260,7 +275,8 @@ def test_fully_connected(): # TODO(cfujitsang): take care of flatten option
     check_single_sym(sym, {'data': data_shape}, {'weight': weight_shape, 'bias': bias_shape},
                      rtol_fp16=5e-3, atol_fp16=0.)
     sym = mx.sym.FullyConnected(data, weight=weight, no_bias=True, num_hidden=num_hidden)
-    check_unsupported_single_sym(sym)
+    check_single_sym(sym, {'data': data_shape}, {'weight': weight_shape},  # MXNet 1.7: unsupported
+                     rtol_fp16=5e-3, atol_fp16=0.)
 
 
 @with_seed()
@@ -280,9 +296,11 @@ def test_activation():
         for data_shape in [(10, 32), (10, 3, 32), (10, 3, 32, 32), (10,3,7,32,32)]:
             check_single_sym(sym, {'data': data_shape}, rtol_fp32=0., atol_fp32=0.,
                              rtol_fp16=1e-3, atol_fp16=1e-7)
-    for act_type in ['softrelu', 'softsign']:
+    for act_type in ['softrelu', 'softsign']:  # MXNet 1.7: unsupported
         sym = mx.sym.Activation(data, act_type=act_type)
-        check_unsupported_single_sym(sym)
+        for data_shape in [(10, 32), (10, 3, 32, 32)]:
+            check_single_sym(sym, {'data': data_shape}, rtol_fp32=0., atol_fp32=0.,
+                             rtol_fp16=1e-3, atol_fp16=1e-7)
 
 
 @with_seed()
@@ -311,10 +329,9 @@ def test_pooling2d():
                 sym = mx.sym.Pooling(data, kernel=kernel, pool_type=pool_type, stride=stride,
                                      pad=pad, layout=layout, count_include_pad=count_include_pad,
                                      pooling_convention=pooling_convention)
-                if (layout == 'NHWC') or \
-                    pool_type not in ('max', 'avg') or \
-                    pooling_convention != 'valid' or \
-                    (pool_type == 'avg' and count_include_pad):
+                # MXNet 1.7 also left sum, 'full' and avg counting pads native. lp stays unsupported:
+                # without p_value (as here) MXNet itself cannot run it.
+                if layout == 'NHWC' or pool_type == 'lp':
                     check_unsupported_single_sym(sym)
                 else:
                     check_single_sym(sym, {'data': data_shape},
@@ -322,7 +339,7 @@ def test_pooling2d():
                                      rtol_fp16=rtol_fp16, atol_fp16=atol_fp16)
             print("pool_type: {} | layout: {} | global_pool".format(pool_type, layout))
             sym = mx.sym.Pooling(data, global_pool=True, pool_type=pool_type, layout=layout)
-            if layout == 'NHWC' or pool_type not in ('max', 'avg'):
+            if layout == 'NHWC' or pool_type == 'lp':  # MXNet 1.7 also left global sum pooling native
                 check_unsupported_single_sym(sym)
             else:
                 if pool_type == 'max':
@@ -462,13 +479,12 @@ def test_batch_norm():
                 sym = mx.sym.BatchNorm(data, gamma=gamma, beta=beta, moving_mean=moving_mean,
                                        fix_gamma=fix_gamma, moving_var=moving_var, momentum=0.9,
                                        axis=axis, use_global_stats=use_global_stats, eps=1e-5)
-                if axis == 1:
-                    check_batch_norm(sym,
-                        {'data': data_shape}, {'gamma': gamma_shape, 'beta': beta_shape},
-                        {'moving_mean': moving_mean_shape, 'moving_var': moving_var_shape},
-                        atol_fp32=2e-7)
-                else:
-                    check_unsupported_single_sym(sym)
+                # MXNet 1.7 left axis 0, 2 and 3 native; the same check runs on every axis here.
+                c = (data_shape[axis],)
+                check_batch_norm(sym,
+                    {'data': data_shape}, {'gamma': c, 'beta': c},
+                    {'moving_mean': c, 'moving_var': c},
+                    atol_fp32=2e-7)
 
 
 @with_seed()

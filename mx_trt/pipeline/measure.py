@@ -225,16 +225,17 @@ class Measurer:
         native_bind: MXNet's own ``simple_bind`` (the request's).
         cache: The plan cache (decisions are stored there), or ``None``.
         providers: Backend name -> its :class:`EngineProvider`, in order of preference.
-        timer: How a subgraph is timed (:func:`default_timer`).
-        budget_s: Seconds this bind may spend measuring.
+        timer: How a subgraph is timed (``None``: this module's :func:`default_timer`).
+        budget_s: Seconds this bind may spend measuring (``None``: :data:`BIND_SECONDS`).
     """
 
     def __init__(self, graph: Graph, params: Mapping[str, Any], ctx: Any, native_bind: Optional[Callable[..., Any]],
-                 cache: Any, providers: Mapping[str, EngineProvider], timer: Timer = default_timer,
-                 budget_s: float = BIND_SECONDS) -> None:
+                 cache: Any, providers: Mapping[str, EngineProvider], timer: Optional[Timer] = None,
+                 budget_s: Optional[float] = None) -> None:
         self.graph, self.params, self.ctx, self.native_bind = graph, params, ctx, native_bind
-        self.cache, self.providers, self.timer = cache, dict(providers), timer
-        self.budget_s = budget_s
+        self.cache, self.providers = cache, dict(providers)
+        self.timer: Timer = timer if timer is not None else default_timer
+        self.budget_s = BIND_SECONDS if budget_s is None else budget_s
         self.spent_s = 0.0
         self.timed = 0
         self._macs: Optional[Dict[int, int]] = None

@@ -146,7 +146,7 @@ def test_no_plan_cache_falls_back_to_the_cost_rule(monkeypatch, measured, caplog
     assert "the cost rule decides instead" in caplog.text
 
 
-def test_measured_is_the_default(monkeypatch, default_engine_rule):
+def test_measured_is_the_default(monkeypatch, shipped_defaults):
     from mx_trt.settings import Settings
 
     assert Settings.from_env().engine_rule == "measured"
@@ -165,7 +165,7 @@ def test_budget_spent_leaves_the_cost_rule_to_decide(monkeypatch, measured):
     assert decision.how == "cost" and "budget" in decision.text and not decision.stored
 
 
-def test_real_timing_on_a_small_model(monkeypatch, default_engine_rule):
+def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
     """The shipped defaults on a small CNN: a decision with both timings, stored; the warm bind times nothing."""
     sym = _net()
     args, aux = random_params(sym, SHAPES)

@@ -172,9 +172,13 @@ def test_bench_whole_model_table(models, capsys):
     code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "2", "--warmup", "1")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[1].split()[:4] == ["batch", "native", "ms", "p90"]
-    cells = lines[3].split()
-    assert cells[0] == "1" and len(cells) == 12 and all(c != "-" for c in cells)
+    assert lines[1].startswith("native: MXNet's own threads") and "OMP_NUM_THREADS=" in lines[1]
+    head = lines[2].split()
+    assert head[:4] == ["batch", "native", "ms", "p90"] and head[5] == "native" and head[6].endswith("t")
+    cells = lines[4].split()
+    # batch, three cells for each of native, native at equal threads, accelerated, whole model, three ratios
+    assert cells[0] == "1" and len(cells) == 16 and all(c != "-" for c in cells)
+    assert float(cells[-2]) > 0  # native at equal threads / accelerated
 
 
 def test_progress_bar_on_a_terminal():

@@ -48,11 +48,11 @@ from mx_trt.runtime.fused_op import OP_TYPE, register_engine
 logger = logging.getLogger(__name__)
 
 #: Untimed runs of each executor first.
-WARMUP = 2
+WARMUP = 1
 #: Timed runs of each executor: at least, and at most.
-MIN_RUNS, MAX_RUNS = 3, 25
+MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
-SUBGRAPH_SECONDS = 1.0
+SUBGRAPH_SECONDS = 0.25
 #: Seconds of a bind spent measuring (binds and runs), after which the cost rule decides.
 BIND_SECONDS = 30.0
 #: Version of the stored decisions.

@@ -23,8 +23,11 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from mx_trt.frontends.contrib import bind_info
+from mx_trt.build.cpus import engine_threads
 from mx_trt.build.engines import clear_pool
+from mx_trt.settings import env_int
 from mx_trt.tools.cli.timing import forward_fn, measure
+from mx_trt.tools.native_process import NativeProcess
 
 
 def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:
@@ -150,10 +153,6 @@ def main(argv: List[str] | None = None) -> int:
 def _latencies(executors: Dict[str, Any], sym: Any, params: Dict[str, Any], shape: Tuple[int, ...], x: np.ndarray,
                runs: int, rounds: int = 5) -> Dict[str, float]:
     """Median ms of each executor and of native MXNet at the engines' thread count, in alternating rounds."""
-    from mx_trt.build.cpus import engine_threads
-    from mx_trt.settings import env_int
-    from mx_trt.tools.native_process import NativeProcess
-
     threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
     times: Dict[str, List[float]] = {k: [] for k in executors}
     worker = None

@@ -283,6 +283,28 @@ def test_build_fills_the_plan_cache(models, capsys, tmp_path):
     assert "batch 2: 2 engine(s): 0 built and stored, 2 already in the cache" in out
 
 
+def test_build_and_partition_show_the_measured_decisions(models, capsys, tmp_path, monkeypatch):
+    from mx_trt.pipeline import measure
+
+    # A deterministic timer: MXNet 2 ms, the engine 1 ms (the rule itself: tests/pipeline/test_measured.py).
+    monkeypatch.setattr(measure, "default_timer", lambda native, engines, s: (2.0, [1.0] * len(engines)))
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    cache = tmp_path / "plans"
+    code, out, err = run(capsys, "build", models["net"], *SHAPE, "--cache-dir", cache)
+    assert code == 0, err
+    assert out.count("engine kept (onnxruntime fp32): 2.00x faster, measured 1.00 vs 2.00 ms") == 2, out
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache))
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--build", "--json")
+    assert code == 0, err
+    decisions = json.loads(out)["decisions"]
+    assert len(decisions) == 2
+    for d in decisions.values():
+        assert d["stored"] and d["engine"] == ["onnxruntime", "fp32"] and d["native_ms"] == 2.0
+        assert d["engine_ms"] == {"onnxruntime fp32": 1.0}
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--build")
+    assert "engine rule: measured" in out and out.count("(stored decision)") == 2
+
+
 def test_build_needs_a_cache(models, capsys, monkeypatch):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", "")
     code, out, err = run(capsys, "build", models["net"], *SHAPE)

@@ -150,6 +150,15 @@ def env_override(values: Mapping[str, Optional[str]]) -> Iterator[None]:
         apply(old)
 
 
+def thread_settings() -> Dict[str, str]:
+    """The thread counts this process was given (``OMP_NUM_THREADS`` for MXNet, ``MXNET_TENSORRT_ORT_THREADS``).
+
+    What a timing of MXNet against an engine depends on besides the machine:
+    part of the key of the measured rule's stored decisions.
+    """
+    return {k: os.environ.get(k, "").strip() for k in ("OMP_NUM_THREADS", "MXNET_TENSORRT_ORT_THREADS")}
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

@@ -4,7 +4,8 @@ For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
 
 1. Its decision is looked up in the plan cache, under a key over the plan-cache
    keys of every candidate engine (subgraph, bound shapes, weights, precision,
-   backend and its version, device) and the CPUs the process may use. A decision
+   backend and its version, device), the CPUs the process may use and the thread
+   counts it was given (``OMP_NUM_THREADS``, ``MXNET_TENSORRT_ORT_THREADS``). A decision
    found there is applied without timing anything: MXNet, or the chosen engine
    (from the pool, the plan cache, or built).
 2. Otherwise every candidate engine is built (each backend of
@@ -44,6 +45,7 @@ from mx_trt.passes.cost import Timed, choose_measured, graph_macs, worth_an_engi
 from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.partition import Subgraph
 from mx_trt.runtime.fused_op import OP_TYPE, register_engine
+from mx_trt.settings import thread_settings
 
 logger = logging.getLogger(__name__)
 
@@ -242,8 +244,9 @@ class Measurer:
 
     def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob]) -> str:
         keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
+        # MXNet's and the engines' thread counts change what is faster: a decision holds for them only.
         return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
-                         "cpus": engine_threads()})
+                         "cpus": engine_threads(), "threads": thread_settings()})
 
     def _stored(self, key: str, name: str) -> Optional[Decision]:
         if self.cache is None:

@@ -71,3 +71,30 @@ def test_serve_section_quick(tmp_path):
     assert res["in_process"]["engines"] >= 1 and res["in_process"]["best_throughput"] > 0
     assert res["ratios"]["p50_c1/in_process_batch1"] > 0 and res["ratios"]["throughput_c16/best_in_process"] > 0
     assert "p50 at c=1 / in-process batch 1" in proc.stdout
+
+
+def test_busy_helper_stops_by_itself(tmp_path):
+    """The busy section's helper ends at its deadline, and when the runner that started it dies."""
+    import time
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from busy import BusyCore
+    finally:
+        sys.path.pop(0)
+    helper = BusyCore(seconds=0.5).start()
+    assert helper.proc is not None and helper.proc.wait(10) == 0  # the deadline
+    code = (f"import os, sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r}); from busy import BusyCore; "
+            "h = BusyCore(seconds=120).start(); print(h.proc.pid, flush=True); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the helper outlived the runner that started it")

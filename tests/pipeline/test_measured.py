@@ -193,3 +193,44 @@ def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
     warm = mx_trt.bind_info(exe2)
     assert all(d.stored for d in warm.decisions.values())
     assert warm.timings["measure"] == 0
+
+
+def test_subgraph_graph_cuts_the_subgraph_out():
+    from mx_trt.passes.ir import Entry, Graph, Node
+
+    #   data -> conv(w) -> relu -> fc(w2) -> out ; only conv and relu form the subgraph
+    g = Graph(nodes=[Node(0, "data", "null"), Node(1, "w", "null"), Node(2, "conv", "Convolution", {"kernel": "(1, 1)"},
+                                                                     (Entry(0), Entry(1))),
+                     Node(3, "relu", "relu", {}, (Entry(2),)), Node(4, "w2", "null"),
+                     Node(5, "fc", "FullyConnected", {}, (Entry(3), Entry(4)))],
+              heads=[Entry(5)], shapes={Entry(0): (1, 3), Entry(1): (4, 3), Entry(2): (1, 4), Entry(3): (1, 4)},
+              dtypes={Entry(0): "float32"})
+    sub = measure.subgraph_graph(g, [2, 3], [Entry(0)], [Entry(3)])
+    assert [(n.name, n.op) for n in sub.nodes] == [("data", "null"), ("w", "null"), ("conv", "Convolution"),
+                                                  ("relu", "relu")]
+    assert sub.nodes[2].inputs == (Entry(0), Entry(1)) and sub.nodes[3].inputs == (Entry(2),)
+    assert sub.heads == [Entry(3)]
+    assert sub.shapes[Entry(1)] == (4, 3) and sub.shapes[Entry(3)] == (1, 4)
+    sub.validate()
+
+
+def test_alternate_runs_in_rounds_within_the_budget():
+    calls = []
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def fn(name, ms):
+        def run():
+            calls.append(name)
+            now[0] += ms / 1e3
+        return run
+
+    med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock)
+    assert med == pytest.approx([10.0, 30.0])
+    # one warm-up each, then a and b alternate until 0.2 s have passed (5 rounds of 40 ms)
+    assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b"] * 5
+    calls.clear()
+    measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
+    assert calls == ["a"] * 3  # at least min_runs, whatever the budget

@@ -186,7 +186,7 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
 def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
               max_runs: int = MAX_RUNS, warmup: int = WARMUP,
               clock: Callable[[], float] = time.perf_counter) -> List[float]:
-    """Median milliseconds of each of ``fns``, run alternately after ``warmup`` untimed runs each.
+    """Median milliseconds of each of ``fns``, run alternately (in a rotating order) after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
     ``min_runs`` are done; so drift (another process) hits every function alike.
@@ -196,12 +196,14 @@ def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int =
             fn()
     times: List[List[float]] = [[] for _ in fns]
     start = clock()
+    idx = list(range(len(fns)))
     for r in range(max_runs):
         if r >= min_runs and clock() - start >= seconds:
             break
-        for i, fn in enumerate(fns):
+        # The order rotates: MXNet's OpenMP threads spin a while after a forward and slow what runs next.
+        for i in idx[r % len(idx):] + idx[:r % len(idx)]:
             t = clock()
-            fn()
+            fns[i]()
             times[i].append((clock() - t) * 1e3)
     return [statistics.median(t) for t in times]
 

@@ -229,8 +229,8 @@ def test_alternate_runs_in_rounds_within_the_budget():
 
     med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock)
     assert med == pytest.approx([10.0, 30.0])
-    # one warm-up each, then a and b alternate until 0.2 s have passed (5 rounds of 40 ms)
-    assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b"] * 5
+    # one warm-up each, then a and b alternate, in turn first, until 0.2 s have passed (5 rounds of 40 ms)
+    assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
     calls.clear()
     measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
     assert calls == ["a"] * 3  # at least min_runs, whatever the budget

@@ -122,8 +122,8 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     """Native, accelerated and whole-model latencies at one batch size, in this process.
 
     All executors are bound first; then ``runs`` timed runs per variant are
-    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants,
-    each round starting with one untimed run (``warmup`` untimed runs before
+    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants in a
+    rotating order, each round starting with one untimed run (``warmup`` untimed runs before
     the first). With ``equal_threads``, native MXNet with ``OMP_NUM_THREADS``
     set to the CPUs this process may use runs in a worker process
     (:class:`~mx_trt.tools.native_process.NativeProcess`) in the same rounds:
@@ -157,14 +157,18 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     times: Dict[str, List[float]] = {k: [] for k in variants}
     threads_ms: List[float] = []
     try:
+        order = [*variants, *(["equal threads"] if worker is not None else [])]
         for r in range(rounds):
             n = runs // rounds + (1 if r < runs % rounds else 0)
-            for name, fn in variants.items():
-                progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
-                times[name] += measure(fn, n, warmup if r == 0 else 1, progress.advance)
-                if name == "native" and worker is not None:
+            # The order rotates: MXNet's OpenMP threads spin for a while after its forwards and
+            # slow whatever runs next, so no variant always follows the same one.
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                if name == "equal threads" and worker is not None:
                     progress.phase(f"batch {batch}: native, {worker.threads} threads, round {r + 1}/{rounds}")
                     threads_ms += worker.run(n, warmup if r == 0 else 1)
+                    continue
+                progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
+                times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance)
     finally:
         if worker is not None:
             worker.close()

@@ -54,7 +54,7 @@ WARMUP = 1
 #: Timed runs of each executor: at least, and at most.
 MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
-SUBGRAPH_SECONDS = 0.25
+SUBGRAPH_SECONDS = 0.2
 #: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides.
 BIND_SECONDS = 10.0
 #: Version of the stored decisions.

@@ -14,7 +14,8 @@ For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
    MXNet executor. The subgraph's own MXNet symbol is bound natively with the
    same weights, on the same input shapes (random inputs). After warm-up runs the
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
-   :data:`SUBGRAPH_SECONDS`; the medians decide (:func:`mx_trt.passes.cost.choose_measured`).
+   :data:`SUBGRAPH_SECONDS`; the median over rounds of each engine's time over
+   MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
 3. The decision and every timing are stored as a small plan-cache entry; the
    entries of engines not chosen are removed.
 
@@ -183,13 +184,15 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
     return run
 
 
-def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
-              max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-              clock: Callable[[], float] = time.perf_counter) -> List[float]:
-    """Median milliseconds of each of ``fns``, run alternately (in a rotating order) after ``warmup`` untimed runs each.
+def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
+                   max_runs: int = MAX_RUNS, warmup: int = WARMUP,
+                   clock: Callable[[], float] = time.perf_counter) -> List[List[float]]:
+    """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
-    ``min_runs`` are done; so drift (another process) hits every function alike.
+    ``min_runs`` are done. Each round runs every function once, in an order that
+    rotates (MXNet's OpenMP threads spin a while after a forward and slow what
+    runs next), so drift (another process) hits every function alike.
     """
     for fn in fns:
         for _ in range(warmup):
@@ -200,23 +203,37 @@ def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int =
     for r in range(max_runs):
         if r >= min_runs and clock() - start >= seconds:
             break
-        # The order rotates: MXNet's OpenMP threads spin a while after a forward and slow what runs next.
         for i in idx[r % len(idx):] + idx[:r % len(idx)]:
             t = clock()
             fns[i]()
             times[i].append((clock() - t) * 1e3)
-    return [statistics.median(t) for t in times]
+    return times
 
 
-#: ``(native forward, [engine forward per candidate]) -> (native ms, [ms per candidate])``: how a
-#: subgraph is timed (tests replace it with a deterministic timer).
-Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float]]]
+def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
+              max_runs: int = MAX_RUNS, warmup: int = WARMUP,
+              clock: Callable[[], float] = time.perf_counter) -> List[float]:
+    """Median milliseconds of each of ``fns`` (:func:`alternate_runs`)."""
+    return [statistics.median(t) for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock)]
 
 
-def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]], seconds: float) -> Tuple[float, List[float]]:
-    """:func:`alternate` over MXNet and the engines."""
-    med = alternate([native, *engines], seconds)
-    return med[0], med[1:]
+#: ``(native forward, [engine forward per candidate], seconds) -> (native ms, [ms per candidate],
+#: [engine/native ratio per candidate])``: how a subgraph is timed (tests replace it with a
+#: deterministic timer). Latencies are medians; each ratio is the median over rounds of the
+#: engine's time over MXNet's in the same round.
+Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float], List[float]]]
+
+
+def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]],
+                  seconds: float) -> Tuple[float, List[float], List[float]]:
+    """:func:`alternate_runs` over MXNet and the engines: medians, and the medians of the per-round ratios.
+
+    A ratio of two runs made side by side in one round is what transient load on
+    the machine disturbs least: it decides, the medians are reported.
+    """
+    runs = alternate_runs([native, *engines], seconds)
+    ratios = [statistics.median(e / n for e, n in zip(eng, runs[0]) if n > 0) for eng in runs[1:]]
+    return statistics.median(runs[0]), [statistics.median(t) for t in runs[1:]], ratios
 
 
 class Measurer:
@@ -342,12 +359,12 @@ class Measurer:
                 run.fused = fused  # type: ignore[attr-defined]  # the registry holds it weakly
                 runs.append(run)
             seconds = min(SUBGRAPH_SECONDS, max(0.0, self.budget_s - self.spent_s))
-            native_ms, engine_ms = self.timer(native, runs, seconds)
+            native_ms, engine_ms, ratios = self.timer(native, runs, seconds)
         except Exception as exc:  # MXNet cannot bind or run the subgraph alone: estimate instead
             logger.info("%s: not measured (%s: %s)", sg.name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
             return self._cost_rule(sg, "not measurable alone", built[0][0])
         self.timed += 1
-        timed = [Timed(c[0], c[1], ms) for (c, _, _), ms in zip(built, engine_ms)]
+        timed = [Timed(c[0], c[1], ms, ratio) for (c, _, _), ms, ratio in zip(built, engine_ms, ratios)]
         best, text = choose_measured(native_ms, timed)
         decision = Decision(sg.name, (best.backend, best.precision) if best else None, native_ms,
                             {t.label: t.ms for t in timed}, "measured", text)

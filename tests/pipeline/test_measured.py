@@ -27,7 +27,8 @@ def _net():
 
 
 class StubTimer:
-    """Runs each executor once (so both really run), then reports fixed medians: MXNet's and one per candidate."""
+    """Runs each executor once (so both really run), then reports fixed medians (MXNet's and one per candidate)
+    and, as per-round ratios, the ratios of those medians."""
 
     def __init__(self, native_ms, engine_ms):
         self.native_ms, self.engine_ms, self.calls = native_ms, list(engine_ms), 0
@@ -38,7 +39,7 @@ class StubTimer:
         for run in engines:
             run()
         assert len(engines) == len(self.engine_ms)
-        return self.native_ms, list(self.engine_ms)
+        return self.native_ms, list(self.engine_ms), [ms / self.native_ms for ms in self.engine_ms]
 
 
 @pytest.fixture
@@ -234,3 +235,18 @@ def test_alternate_runs_in_rounds_within_the_budget():
     calls.clear()
     measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
     assert calls == ["a"] * 3  # at least min_runs, whatever the budget
+
+
+def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
+    """Bursts of load slow both runs of a round: the medians of each side cross, the per-round ratios do not."""
+    # rounds 2, 4 and 5 ran under load; the engine is 0.8x MXNet in every round
+    native = [4.0, 40.0, 4.0, 40.0, 40.0]
+    engine = [3.2, 32.0, 3.2, 32.0, 32.0]
+    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds: [native, engine])
+    native_ms, engine_ms, ratios = measure.default_timer(lambda: None, [lambda: None], 1.0)
+    assert native_ms == 40.0 and engine_ms == [32.0] and ratios == [pytest.approx(0.8)]
+    # medians of other rounds would say "slower" (native 4.0 from round 1 against the engine's 32.0); ratios do not
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 32.0, 0.8)])
+    assert best is not None and "1.25x faster" in why

@@ -215,8 +215,9 @@ class Settings:
         max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
         engine_rule: Which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``):
-            ``measured`` (default) each engine is timed at build against MXNet
-            running the same subgraph, and kept only when faster; the decision is
+            ``measured`` (default) each engine of a subgraph the cost estimate does not
+            rule out is timed at build against MXNet running the same subgraph,
+            and kept only when faster; the decision is
             stored in the plan cache (:mod:`mx_trt.pipeline.measure`; without a
             plan cache the bind uses ``cost``). ``cost``: those whose estimated
             saving beats an engine's run cost (:mod:`mx_trt.passes.cost`).

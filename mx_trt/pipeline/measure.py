@@ -1,6 +1,7 @@
 """The measured engine rule: each engine is timed against MXNet running the same subgraph, and kept only when faster.
 
-For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
+For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``), among those
+the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
 
 1. Its decision is looked up in the plan cache, under a key over the plan-cache
    keys of every candidate engine (subgraph, bound shapes, weights, precision,

@@ -17,12 +17,13 @@ from mx_trt.pipeline import measure
 from tests.bindcheck import ATOL, RTOL, bind, conv_relu
 from tests.mxcheck import random_inputs, random_params
 
-SHAPES = {"data": (2, 3, 16, 16)}
+SHAPES = {"data": (2, 3, 32, 32)}
 
 
 def _net():
-    x = conv_relu(mx.sym.var("data"), "a", 8)
-    x = conv_relu(x, "b", 8)
+    # large enough for the cost estimate to let the measured rule time it (about 20M multiply-adds)
+    x = conv_relu(mx.sym.var("data"), "a", 32)
+    x = conv_relu(x, "b", 32)
     return mx.sym.FullyConnected(mx.sym.flatten(x, name="flat"), num_hidden=10, name="fc")
 
 
@@ -250,3 +251,17 @@ def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
 
     best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 32.0, 0.8)])
     assert best is not None and "1.25x faster" in why
+
+
+def test_subgraphs_the_estimate_rules_out_are_not_timed(monkeypatch, measured):
+    def no_timing(*a):
+        raise AssertionError("the estimate ruled this subgraph out: nothing to time")
+
+    monkeypatch.setattr(measure, "default_timer", no_timing)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    x = mx.sym.var("data")
+    sym = mx.sym.tanh(mx.sym.relu(x * 0.5 + 0.1, name="r"), name="t")  # four cheap ops on 1x8
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={}, data=(1, 8))
+    info = mx_trt.bind_info(exe)
+    assert info.decisions == {} and info.engines == []
+    assert all("less than the 50 us" in why for why in info.plan.partition.native.values())

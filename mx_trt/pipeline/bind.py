@@ -327,11 +327,20 @@ def _engine_cache(settings: Settings) -> Any:
 
 
 def _resolve_rule(request: BindRequest, cache: Any) -> BindRequest:
-    """``request`` with the cost rule instead of the measured one when there is no plan cache to keep decisions."""
-    if request.settings.engine_rule != "measured" or cache is not None:
+    """``request`` with the cost rule instead of the measured one when that cannot run.
+
+    The measured rule needs the plan cache (to keep its decisions) and MXNet's
+    own bind (to time the subgraphs natively: ``request.native_bind``).
+    """
+    if request.settings.engine_rule != "measured":
         return request
-    logger.info("engine rule: measured needs the plan cache to keep its decisions, and it is disabled: the cost "
-                "rule decides instead")
+    if cache is None:
+        why = "the plan cache to keep its decisions, and it is disabled"
+    elif request.native_bind is None:
+        why = "MXNet's own bind to time subgraphs natively, and this front-end does not hand it over"
+    else:
+        return request
+    logger.info("engine rule: measured needs %s: the cost rule decides instead", why)
     return dataclasses.replace(request, settings=dataclasses.replace(request.settings, engine_rule="cost"))
 
 

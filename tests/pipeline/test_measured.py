@@ -265,3 +265,21 @@ def test_subgraphs_the_estimate_rules_out_are_not_timed(monkeypatch, measured):
     info = mx_trt.bind_info(exe)
     assert info.decisions == {} and info.engines == []
     assert all("less than the 50 us" in why for why in info.plan.partition.native.values())
+
+
+def test_measured_rule_needs_a_cache_and_a_native_bind(caplog):
+    from mx_trt.pipeline.bind import _resolve_rule
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.settings import Settings
+
+    def req(**kw):
+        return BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="measured"), backend=None,
+                           **kw)
+
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=object()).settings.engine_rule == "measured"
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=None).settings.engine_rule == "cost"
+        assert _resolve_rule(req(), cache=object()).settings.engine_rule == "cost"
+    assert "does not hand it over" in caplog.text and "it is disabled" in caplog.text
+    always = BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="always"), backend=None)
+    assert _resolve_rule(always, cache=None) is always

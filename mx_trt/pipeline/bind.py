@@ -237,8 +237,13 @@ def optimize(request: BindRequest) -> BindInfo:
         info.builds, info.loads, info.reuses = rule.counts()
         timings["measure"] = rule.measurer.spent_s
     inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
-    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s",
-                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
+    measured = ""
+    if rule is not None:
+        native = sum(1 for d in decisions.values() if d.engine is None)
+        measured = (f"; measured rule: {native} of {len(decisions)} subgraph(s) kept native, "
+                    f"{rule.measurer.timed} timed in {rule.measurer.spent_s:.2f} s")
+    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s%s",
+                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0, measured)
     return info
 
 

@@ -568,15 +568,18 @@ def plot(res: Dict[str, Any], path: str) -> bool:
         idx = np.arange(len(e2e))
         acc = [r["accelerated"]["median_ms"] for r in e2e]
         nat = [r["native"]["median_ms"] / a for r, a in zip(e2e, acc)]
+        eq = [(r["native_equal_threads"]["median_ms"] / a) if r.get("native_equal_threads") else 0
+              for r, a in zip(e2e, acc)]
         whole = [(r["whole_model"]["median_ms"] / a) if r["whole_model"] else 0 for r, a in zip(e2e, acc)]
-        ax.bar(idx - 0.27, nat, 0.27, label="native MXNet")
-        ax.bar(idx, [1.0] * len(e2e), 0.27, label="accelerated")
-        ax.bar(idx + 0.27, whole, 0.27, label="whole model, one engine")
+        ax.bar(idx - 0.3, nat, 0.2, label="native MXNet, default threads")
+        ax.bar(idx - 0.1, eq, 0.2, label="native MXNet, equal threads")
+        ax.bar(idx + 0.1, [1.0] * len(e2e), 0.2, label="accelerated")
+        ax.bar(idx + 0.3, whole, 0.2, label="whole model, one engine")
         ax.axhline(1 / TARGET_ACCEL_OVER_WHOLE, color="k", lw=0.8, ls=":", label="whole = accelerated / 1.05")
         ax.set_xticks(idx, labels, fontsize=7, rotation=45, ha="right")
         ax.set_ylabel("latency relative to accelerated")
         ax.set_title("End to end (median latency / accelerated)")
-        ax.set_ylim(0, max(nat + whole + [1.0]) * 1.35)
+        ax.set_ylim(0, min(max(nat + eq + whole + [1.0]), 5.0) * 1.35)
         ax.legend(fontsize=8, loc="upper center", ncol=2)
     machine = res.get("machine", {})
     fig.suptitle(f"mx_trt benchmarks - {machine.get('cpus', '?')} CPUs, {machine.get('backend', '')}, "

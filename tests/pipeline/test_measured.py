@@ -283,3 +283,27 @@ def test_measured_rule_needs_a_cache_and_a_native_bind(caplog):
     assert "does not hand it over" in caplog.text and "it is disabled" in caplog.text
     always = BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="always"), backend=None)
     assert _resolve_rule(always, cache=None) is always
+
+
+def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
+    """A second CPU backend (here ONNX Runtime again under another name) is a candidate beside the default."""
+    from mx_trt.build import backends
+    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+
+    class Other(OnnxRuntimeBackend):
+        name = "other_cpu"
+
+        def version(self) -> str:
+            return "other-" + super().version()
+
+    monkeypatch.setitem(backends.BACKENDS, "other_cpu", Other)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "other_cpu"])
+    assert [b.name for b in backends.candidate_backends("cpu")] == ["onnxruntime", "other_cpu"]
+    assert [b.name for b in backends.candidate_backends("cpu", "onnxruntime")] == ["onnxruntime"]
+    info = _run(monkeypatch, StubTimer(3.0, [2.0, 1.0]))  # candidates in order of preference
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("other_cpu", "fp32")
+    assert decision.engine_ms == {"onnxruntime fp32": 2.0, "other_cpu fp32": 1.0}
+    assert info.builds == 2
+    # executor.reshape rebuilds with the backend that won
+    assert info.engines[0].rebuild.provider.backend.name == "other_cpu"

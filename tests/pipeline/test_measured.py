@@ -1,0 +1,309 @@
+"""The measured engine rule (mx_trt.pipeline.measure): engines timed against MXNet, decisions kept in the plan cache.
+
+Stub timers make the decisions deterministic; one test times a real model.
+Outputs are compared with MXNet's own at fp32 tolerance (tests.mxcheck.OP_TOL)
+whatever the rule decides: a subgraph kept native is MXNet's own result.
+"""
+from __future__ import annotations
+
+import logging
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.pipeline import measure
+from tests.bindcheck import ATOL, RTOL, bind, conv_relu
+from tests.mxcheck import random_inputs, random_params
+
+SHAPES = {"data": (2, 3, 32, 32)}
+
+
+def _net():
+    # large enough for the cost estimate to let the measured rule time it (about 20M multiply-adds)
+    x = conv_relu(mx.sym.var("data"), "a", 32)
+    x = conv_relu(x, "b", 32)
+    return mx.sym.FullyConnected(mx.sym.flatten(x, name="flat"), num_hidden=10, name="fc")
+
+
+class StubTimer:
+    """Runs each executor once (so both really run), then reports fixed medians (MXNet's and one per candidate)
+    and, as per-round ratios, the ratios of those medians."""
+
+    def __init__(self, native_ms, engine_ms):
+        self.native_ms, self.engine_ms, self.calls = native_ms, list(engine_ms), 0
+
+    def __call__(self, native, engines, seconds):
+        self.calls += 1
+        native()
+        for run in engines:
+            run()
+        assert len(engines) == len(self.engine_ms)
+        return self.native_ms, list(self.engine_ms), [ms / self.native_ms for ms in self.engine_ms]
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
+
+
+def _run(monkeypatch, timer, **env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(measure, "default_timer", timer)
+    sym = _net()
+    args, aux = random_params(sym, SHAPES)
+    inputs = random_inputs(SHAPES)
+    _, ref = bind(sym, SHAPES, args, aux, inputs, False, monkeypatch)
+    exe, got = bind(sym, SHAPES, args, aux, inputs, True, monkeypatch)
+    np.testing.assert_allclose(got[0], ref[0], rtol=RTOL, atol=ATOL)
+    return mx_trt.bind_info(exe)
+
+
+def test_slower_engine_stays_native(monkeypatch, measured, caplog):
+    timer = StubTimer(3.2, [4.1])
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+        info = _run(monkeypatch, timer)
+    assert timer.calls == 1
+    (decision,) = info.decisions.values()
+    assert decision.engine is None and decision.how == "measured"
+    assert decision.native_ms == 3.2 and decision.engine_ms == {"onnxruntime fp32": 4.1}
+    assert info.engines == []
+    assert "kept native: engine 1.28x slower, measured 4.10 vs 3.20 ms" in caplog.text
+    assert info.native_failures[decision.subgraph] == decision.text
+
+
+def test_faster_engine_is_kept(monkeypatch, measured):
+    info = _run(monkeypatch, StubTimer(3.0, [1.0]))
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("onnxruntime", "fp32")
+    assert len(info.engines) == 1 and not info.native_failures
+    assert "3.00x faster" in decision.text
+
+
+def test_fp16_slower_than_fp32_falls_back_to_fp32(monkeypatch, measured, tmp_path):
+    # Candidates in order: the precision asked for, then fp32.
+    info = _run(monkeypatch, StubTimer(10.0, [6.0, 5.0]), MXNET_TENSORRT_PRECISION="fp16")
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("onnxruntime", "fp32")
+    assert decision.engine_ms == {"onnxruntime fp16": 6.0, "onnxruntime fp32": 5.0}
+    assert "fp16 1.20x slower than fp32" in decision.text
+    # The fp32 engine runs: the outputs matched MXNet's at fp32 tolerance in _run.
+    assert len(info.engines) == 1
+    assert all(t.dtype == "float32" for t in info.engines[0].engine.inputs)
+
+
+def test_fp16_faster_than_fp32_is_kept(monkeypatch, measured):
+    monkeypatch.setattr(measure, "default_timer", StubTimer(10.0, [4.0, 5.0]))
+    monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "fp16")
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    sym = _net()
+    args, aux = random_params(sym, SHAPES)
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    (decision,) = mx_trt.bind_info(exe).decisions.values()
+    assert decision.engine == ("onnxruntime", "fp16")
+
+
+def test_warm_bind_reuses_decisions_without_timing(monkeypatch, measured):
+    from mx_trt.build import engines
+
+    first = StubTimer(3.0, [1.0])
+    info = _run(monkeypatch, first)
+    assert first.calls == 1 and not next(iter(info.decisions.values())).stored
+
+    def no_timing(*a):
+        raise AssertionError("a warm bind must not time anything")
+
+    engines.clear_pool()  # the engine comes from the plan cache, the decision too
+    again = _run(monkeypatch, no_timing)
+    (decision,) = again.decisions.values()
+    assert decision.stored and decision.engine == ("onnxruntime", "fp32") and decision.native_ms == 3.0
+    assert again.loads == 1 and again.builds == 0
+
+
+def test_stored_native_decision_builds_nothing(monkeypatch, measured):
+    _run(monkeypatch, StubTimer(1.0, [2.0]))
+    from mx_trt.build import engines
+
+    engines.clear_pool()
+
+    def no_timing(*a):
+        raise AssertionError("a warm bind must not time anything")
+
+    info = _run(monkeypatch, no_timing)
+    (decision,) = info.decisions.values()
+    assert decision.stored and decision.engine is None
+    assert info.builds == 0 and info.loads == 0 and info.engines == []
+
+
+def test_no_plan_cache_falls_back_to_the_cost_rule(monkeypatch, measured, caplog):
+    def no_timing(*a):
+        raise AssertionError("without a plan cache nothing is timed")
+
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+        info = _run(monkeypatch, no_timing, MXNET_TENSORRT_CACHE_DIR="")
+    assert info.decisions == {}
+    assert "the cost rule decides instead" in caplog.text
+
+
+def test_measured_is_the_default(monkeypatch, shipped_defaults):
+    from mx_trt.settings import Settings
+
+    assert Settings.from_env().engine_rule == "measured"
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "cost")
+    assert Settings.from_env().engine_rule == "cost"
+
+
+def test_budget_spent_leaves_the_cost_rule_to_decide(monkeypatch, measured):
+    monkeypatch.setattr(measure, "BIND_SECONDS", 0.0)
+
+    def no_timing(*a):
+        raise AssertionError("no budget: nothing is timed")
+
+    info = _run(monkeypatch, no_timing)
+    (decision,) = info.decisions.values()
+    assert decision.how == "cost" and "budget" in decision.text and not decision.stored
+
+
+def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
+    """The shipped defaults on a small CNN: a decision with both timings, stored; the warm bind times nothing."""
+    sym = _net()
+    args, aux = random_params(sym, SHAPES)
+    inputs = random_inputs(SHAPES)
+    _, ref = bind(sym, SHAPES, args, aux, inputs, False, monkeypatch)
+    exe, got = bind(sym, SHAPES, args, aux, inputs, True, monkeypatch)
+    np.testing.assert_allclose(got[0], ref[0], rtol=RTOL, atol=ATOL)
+    info = mx_trt.bind_info(exe)
+    assert info.decisions, "the measured rule decided every subgraph"
+    for d in info.decisions.values():
+        assert d.how == "measured" and d.native_ms > 0 and all(v > 0 for v in d.engine_ms.values())
+        assert (d.engine is None) == (d.subgraph in info.native_failures)
+    assert info.timings["measure"] > 0
+
+    from mx_trt.build import engines
+
+    engines.clear_pool()
+
+    def no_timing(*a):
+        raise AssertionError("a warm bind must not time anything")
+
+    monkeypatch.setattr(measure, "default_timer", no_timing)
+    exe2, got2 = bind(sym, SHAPES, args, aux, inputs, True, monkeypatch)
+    np.testing.assert_allclose(got2[0], ref[0], rtol=RTOL, atol=ATOL)
+    warm = mx_trt.bind_info(exe2)
+    assert all(d.stored for d in warm.decisions.values())
+    assert warm.timings["measure"] == 0
+
+
+def test_subgraph_graph_cuts_the_subgraph_out():
+    from mx_trt.passes.ir import Entry, Graph, Node
+
+    #   data -> conv(w) -> relu -> fc(w2) -> out ; only conv and relu form the subgraph
+    g = Graph(nodes=[Node(0, "data", "null"), Node(1, "w", "null"), Node(2, "conv", "Convolution", {"kernel": "(1, 1)"},
+                                                                     (Entry(0), Entry(1))),
+                     Node(3, "relu", "relu", {}, (Entry(2),)), Node(4, "w2", "null"),
+                     Node(5, "fc", "FullyConnected", {}, (Entry(3), Entry(4)))],
+              heads=[Entry(5)], shapes={Entry(0): (1, 3), Entry(1): (4, 3), Entry(2): (1, 4), Entry(3): (1, 4)},
+              dtypes={Entry(0): "float32"})
+    sub = measure.subgraph_graph(g, [2, 3], [Entry(0)], [Entry(3)])
+    assert [(n.name, n.op) for n in sub.nodes] == [("data", "null"), ("w", "null"), ("conv", "Convolution"),
+                                                  ("relu", "relu")]
+    assert sub.nodes[2].inputs == (Entry(0), Entry(1)) and sub.nodes[3].inputs == (Entry(2),)
+    assert sub.heads == [Entry(3)]
+    assert sub.shapes[Entry(1)] == (4, 3) and sub.shapes[Entry(3)] == (1, 4)
+    sub.validate()
+
+
+def test_alternate_runs_in_rounds_within_the_budget():
+    calls = []
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def fn(name, ms):
+        def run():
+            calls.append(name)
+            now[0] += ms / 1e3
+        return run
+
+    med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock)
+    assert med == pytest.approx([10.0, 30.0])
+    # one warm-up each, then a and b alternate, in turn first, until 0.2 s have passed (5 rounds of 40 ms)
+    assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
+    calls.clear()
+    measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
+    assert calls == ["a"] * 3  # at least min_runs, whatever the budget
+
+
+def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
+    """Bursts of load slow both runs of a round: the medians of each side cross, the per-round ratios do not."""
+    # rounds 2, 4 and 5 ran under load; the engine is 0.8x MXNet in every round
+    native = [4.0, 40.0, 4.0, 40.0, 40.0]
+    engine = [3.2, 32.0, 3.2, 32.0, 32.0]
+    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds: [native, engine])
+    native_ms, engine_ms, ratios = measure.default_timer(lambda: None, [lambda: None], 1.0)
+    assert native_ms == 40.0 and engine_ms == [32.0] and ratios == [pytest.approx(0.8)]
+    # medians of other rounds would say "slower" (native 4.0 from round 1 against the engine's 32.0); ratios do not
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 32.0, 0.8)])
+    assert best is not None and "1.25x faster" in why
+
+
+def test_subgraphs_the_estimate_rules_out_are_not_timed(monkeypatch, measured):
+    def no_timing(*a):
+        raise AssertionError("the estimate ruled this subgraph out: nothing to time")
+
+    monkeypatch.setattr(measure, "default_timer", no_timing)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    x = mx.sym.var("data")
+    sym = mx.sym.tanh(mx.sym.relu(x * 0.5 + 0.1, name="r"), name="t")  # four cheap ops on 1x8
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={}, data=(1, 8))
+    info = mx_trt.bind_info(exe)
+    assert info.decisions == {} and info.engines == []
+    assert all("less than the 50 us" in why for why in info.plan.partition.native.values())
+
+
+def test_measured_rule_needs_a_cache_and_a_native_bind(caplog):
+    from mx_trt.pipeline.bind import _resolve_rule
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.settings import Settings
+
+    def req(**kw):
+        return BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="measured"), backend=None,
+                           **kw)
+
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=object()).settings.engine_rule == "measured"
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=None).settings.engine_rule == "cost"
+        assert _resolve_rule(req(), cache=object()).settings.engine_rule == "cost"
+    assert "does not hand it over" in caplog.text and "it is disabled" in caplog.text
+    always = BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="always"), backend=None)
+    assert _resolve_rule(always, cache=None) is always
+
+
+def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
+    """A second CPU backend (here ONNX Runtime again under another name) is a candidate beside the default."""
+    from mx_trt.build import backends
+    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+
+    class Other(OnnxRuntimeBackend):
+        name = "other_cpu"
+
+        def version(self) -> str:
+            return "other-" + super().version()
+
+    monkeypatch.setitem(backends.BACKENDS, "other_cpu", Other)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "other_cpu"])
+    assert [b.name for b in backends.candidate_backends("cpu")] == ["onnxruntime", "other_cpu"]
+    assert [b.name for b in backends.candidate_backends("cpu", "onnxruntime")] == ["onnxruntime"]
+    info = _run(monkeypatch, StubTimer(3.0, [2.0, 1.0]))  # candidates in order of preference
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("other_cpu", "fp32")
+    assert decision.engine_ms == {"onnxruntime fp32": 2.0, "other_cpu fp32": 1.0}
+    assert info.builds == 2
+    # executor.reshape rebuilds with the backend that won
+    assert info.engines[0].rebuild.provider.backend.name == "other_cpu"

@@ -1,0 +1,375 @@
+"""Converters for MXNet's detection post-processing: ``box_nms`` and ``MultiBoxDetection``,
+exact to MXNet 1.9.1's CPU kernels, in standard ONNX with static output shapes.
+
+MXNet's non-maximum suppression is greedy over the candidates sorted by score
+(``std::stable_sort``: descending scores, ties by the lower index), and its output
+keeps the input's shape. ONNX ``NonMaxSuppression`` returns indices in another tie
+order, so it is not used. The ONNX form here is built from four exact steps, each
+with a fixed shape:
+
+1. **Top-k set** (``_top_k_set``): the ``k`` best valid candidates per batch row,
+   ties at the cut-off broken by the lower index, as a mask over all ``N`` rows
+   (one ``TopK`` for the k-th score, then the tied rows ranked by index).
+2. **Compaction** (``_compact``): the masked rows' indices in ascending order, by a
+   ``TopK`` over the integer key ``N - index`` (unique, so the order is exact).
+3. **Stable sort of the k slots** (``_stable_order``): each slot's rank counts the
+   slots before it in MXNet's order (higher score, or equal score and lower index),
+   a k x k comparison; a ``TopK`` over the unique ranks gives the permutation.
+4. **Greedy suppression** (``_greedy_keep``): with ``S[j, i]`` = "slot j comes before
+   slot i and suppresses it when kept", the greedy result is the unique fixed point
+   of ``keep[i] = valid[i] and not any_j(keep[j] and S[j, i])``. An ONNX ``Loop``
+   iterates it from ``keep = valid`` until nothing changes: after t iterations the
+   first t slots are final, so it stops after at most k + 1 iterations (usually a
+   handful). The body holds only booleans and int32, so fp16 engines leave it alone.
+
+The k x k steps bound the size: a node whose ``batch * k * k`` exceeds
+:data:`MAX_PAIRS` stays native with the reason. ``_contrib_Proposal`` and
+``_contrib_MultiProposal`` stay native (see :data:`_PROPOSAL_WHY`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mx_trt.export.converters.common import attr_float, attr_int, attr_str, check_outputs, int64s, trunc
+from mx_trt.export.converters.registry import ConvContext, register
+from mx_trt.export.spec import OpSpec
+
+logger = logging.getLogger(__name__)
+
+#: Largest ``batch * k * k`` (pairwise comparisons of k candidates) a converted node may build.
+MAX_PAIRS = 1 << 26
+#: Integer keys must stay exact in int32.
+MAX_ROWS = (1 << 31) - 1
+#: ONNX element types.
+_INT32, _INT64, _BOOL = 6, 7, 9
+
+
+# -- small emission helpers ----------------------------------------------------------------
+
+
+def _op(ctx: ConvContext, op: str, *ins: str, **attrs: Any) -> str:
+    return ctx.emit(op, list(ins), **attrs)[0]
+
+
+def _i32(ctx: ConvContext, value: Any, hint: str) -> str:
+    return ctx.const(np.asarray(value, dtype=np.int32), hint)
+
+
+def _fconst(ctx: ConvContext, value: float, hint: str) -> str:
+    return ctx.const(np.asarray(value, dtype=np.dtype(ctx.spec.in_dtypes[0])), hint)
+
+
+def _unsq(ctx: ConvContext, x: str, axis: int) -> str:
+    return _op(ctx, "Unsqueeze", x, int64s(ctx, [axis], "axes"))
+
+
+def _reduce(ctx: ConvContext, op: str, x: str, axis: int, keepdims: bool) -> str:
+    """ReduceX over one axis: ReduceSum takes axes as an input from opset 13, the others from 18."""
+    if op == "ReduceSum" or ctx.opset >= 18:
+        return _op(ctx, op, x, int64s(ctx, [axis], "axes"), keepdims=int(keepdims))
+    return _op(ctx, op, x, axes=[axis], keepdims=int(keepdims))
+
+
+def _topk(ctx: ConvContext, x: str, k: int, largest: bool) -> Tuple[str, str]:
+    """(values, int64 indices) of ``TopK`` along the last axis, sorted."""
+    v, i = ctx.emit("TopK", [x, int64s(ctx, [k], "k")], [ctx.tmp("topk_v"), ctx.tmp("topk_i")],
+                    axis=-1, largest=int(largest), sorted=1)
+    return v, i
+
+
+def _column(ctx: ConvContext, x: str, c: int) -> str:
+    """``x[..., c]`` of a (B, n, W) tensor: (B, n)."""
+    picked = _op(ctx, "Gather", x, int64s(ctx, [c], "col"), axis=2)
+    return _op(ctx, "Squeeze", picked, int64s(ctx, [2], "axes"))
+
+
+def _gather_rows(ctx: ConvContext, x: str, idx: str, width: int) -> str:
+    """``x[b, idx[b, r], :]`` of (B, n, W) ``x`` and (B, r) int64 ``idx``: (B, r, W)."""
+    full = _op(ctx, "Concat", _op(ctx, "Shape", idx), int64s(ctx, [width], "w"), axis=0)
+    return _op(ctx, "GatherElements", x, _op(ctx, "Expand", _unsq(ctx, idx, 2), full), axis=1)
+
+
+def _gather(ctx: ConvContext, x: str, idx: str) -> str:
+    """``x[b, idx[b, r]]`` of (B, n) ``x``: (B, r)."""
+    return _op(ctx, "GatherElements", x, idx, axis=1)
+
+
+def _iota(ctx: ConvContext, n: int, hint: str = "iota") -> str:
+    """int32 (1, n) constant ``[0, 1, ..., n-1]``."""
+    return ctx.const(np.arange(n, dtype=np.int32).reshape(1, n), hint)
+
+
+def _pairs(ctx: ConvContext, x: str) -> Tuple[str, str]:
+    """(x as (B, k, 1), x as (B, 1, k)): the j (row) and i (column) sides of a pairwise matrix."""
+    return _unsq(ctx, x, 2), _unsq(ctx, x, 1)
+
+
+# -- the four exact steps ------------------------------------------------------------------
+
+
+def _top_k_set(ctx: ConvContext, score: str, valid: str, n: int, k: int) -> str:
+    """Mask (B, n) of the k best valid rows: higher score first, equal scores by lower index."""
+    if k >= n:
+        return valid
+    lowest = _fconst(ctx, float("-inf"), "ninf")
+    sv = _op(ctx, "Where", valid, score, lowest)
+    vals, _ = _topk(ctx, sv, k, True)
+    kth = _op(ctx, "Slice", vals, int64s(ctx, [k - 1], "s"), int64s(ctx, [k], "e"), int64s(ctx, [1], "ax"))  # (B, 1)
+    above = _op(ctx, "Greater", sv, kth)
+    tied = _op(ctx, "And", _op(ctx, "Equal", sv, kth), valid)
+    need = _op(ctx, "Sub", _i32(ctx, [[k]], "k"), _reduce(ctx, "ReduceSum", _op(ctx, "Cast", above, to=_INT32), 1, True))
+    # rank of each tied row among the tied rows, by index: 1, 2, ...
+    order = _op(ctx, "CumSum", _op(ctx, "Cast", tied, to=_INT32), ctx.const(np.asarray(1, np.int32), "axis"))
+    return _op(ctx, "Or", above, _op(ctx, "And", tied, _op(ctx, "LessOrEqual", order, need)))
+
+
+def _compact(ctx: ConvContext, mask: str, n: int, k: int) -> Tuple[str, str]:
+    """(int64 (B, k) indices of the set rows in ascending order then the others, (B, k) bool set)."""
+    key = _op(ctx, "Where", mask, _op(ctx, "Sub", _i32(ctx, n, "n"), _iota(ctx, n)), _i32(ctx, 0, "zero"))
+    vals, idx = _topk(ctx, key, k, True)
+    return idx, _op(ctx, "Greater", vals, _i32(ctx, 0, "zero"))
+
+
+def _stable_order(ctx: ConvContext, score: str, valid: str, k: int) -> str:
+    """int64 (B, k) permutation of slots (given in ascending index order) into MXNet's sort order:
+    valid slots by descending score, ties by the lower slot, then the invalid ones."""
+    sj, si = _pairs(ctx, score)
+    lower = ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "lower")  # [j, i]: j < i
+    before = _op(ctx, "Or", _op(ctx, "Greater", sj, si), _op(ctx, "And", _op(ctx, "Equal", sj, si), lower))
+    before = _op(ctx, "And", before, _unsq(ctx, valid, 2))
+    rank = _reduce(ctx, "ReduceSum", _op(ctx, "Cast", before, to=_INT32), 1, False)  # (B, k)
+    rank = _op(ctx, "Where", valid, rank, _op(ctx, "Add", _iota(ctx, k), _i32(ctx, k, "k")))
+    _, perm = _topk(ctx, rank, k, False)
+    return perm
+
+
+def _greedy_keep(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
+    """(B, k) bool: greedy suppression in slot order, as the fixed point of
+    ``keep = valid & ~any_j(keep[j] & suppress[j, :])`` (``suppress`` (B, k, k) bool, zero on and
+    below the diagonal). Every slot's value is final after as many iterations as its position."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = {n: ctx.tmp(f"loop_{n}") for n in ("it", "cond_in", "keep_in", "ax", "ax1", "ku", "hit", "hiti", "sup",
+                                                 "zero", "free", "keep_out", "chg", "chgi", "chgm", "cond_out")}
+    t = names.__getitem__
+
+    def const(name: str, value: np.ndarray) -> Any:
+        return helper.make_node("Constant", [], [t(name)], value=numpy_helper.from_array(value))
+
+    def reduce_max(x: str, out: str, axes: Optional[List[int]]) -> Any:
+        if ctx.opset >= 18:  # axes as an input from opset 18
+            return helper.make_node("ReduceMax", [t(x)] + ([t("ax1")] if axes else []), [t(out)], keepdims=0)
+        return helper.make_node("ReduceMax", [t(x)], [t(out)], keepdims=0, **({"axes": axes} if axes else {}))
+
+    body = helper.make_graph([
+        const("ax", np.asarray([2], np.int64)),
+        const("ax1", np.asarray([1], np.int64)),
+        const("zero", np.asarray(0, np.int32)),
+        helper.make_node("Unsqueeze", [t("keep_in"), t("ax")], [t("ku")]),
+        helper.make_node("And", [suppress, t("ku")], [t("hit")]),
+        helper.make_node("Cast", [t("hit")], [t("hiti")], to=_INT32),
+        reduce_max("hiti", "sup", [1]),
+        helper.make_node("Equal", [t("sup"), t("zero")], [t("free")]),
+        helper.make_node("And", [valid, t("free")], [t("keep_out")]),
+        helper.make_node("Xor", [t("keep_out"), t("keep_in")], [t("chg")]),
+        helper.make_node("Cast", [t("chg")], [t("chgi")], to=_INT32),
+        reduce_max("chgi", "chgm", None),
+        helper.make_node("Greater", [t("chgm"), t("zero")], [t("cond_out")]),
+    ], ctx.tmp("nms_body"),
+        [helper.make_tensor_value_info(t("it"), TensorProto.INT64, []),
+         helper.make_tensor_value_info(t("cond_in"), TensorProto.BOOL, []),
+         helper.make_tensor_value_info(t("keep_in"), TensorProto.BOOL, None)],
+        [helper.make_tensor_value_info(t("cond_out"), TensorProto.BOOL, []),
+         helper.make_tensor_value_info(t("keep_out"), TensorProto.BOOL, None)])
+    # Loop's trip count and condition are 0-d: Constant nodes keep that rank (initializers here are 1-D).
+    trips = _op(ctx, "Constant", value=np.asarray(k + 1, np.int64))
+    go = _op(ctx, "Constant", value=np.asarray(True))
+    return ctx.emit("Loop", [trips, go, valid], [ctx.tmp("keep")], body=body)[0]
+
+
+# -- pairwise overlap -------------------------------------------------------------------
+
+
+def _axis_extent(ctx: ConvContext, a: str, b: str, center: bool) -> Tuple[str, str]:
+    """(low, high) along one axis from the pair of columns ``a, b`` (corner: x1, x2; center: x, w)."""
+    if not center:
+        return a, b
+    half = _op(ctx, "Div", b, _fconst(ctx, 2.0, "two"))
+    return _op(ctx, "Sub", a, half), _op(ctx, "Add", a, half)
+
+
+def _overlap_nms(ctx: ConvContext, coords: Sequence[str], center: bool, thresh: float) -> str:
+    """(B, k, k) bool ``IoU(j, i) > thresh`` as box_nms computes it (no +1; negative sides give area 0)."""
+    zero = _fconst(ctx, 0.0, "zero")
+    inter = None
+    for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
+        lo, hi = _axis_extent(ctx, a, b, center)
+        (loj, loi), (hij, hii) = _pairs(ctx, lo), _pairs(ctx, hi)
+        w = _op(ctx, "Sub", _op(ctx, "Min", hij, hii), _op(ctx, "Max", loj, loi))
+        w = _op(ctx, "Where", _op(ctx, "Greater", w, zero), w, zero)
+        inter = w if inter is None else _op(ctx, "Mul", inter, w)
+    if center:
+        width, height = coords[2], coords[3]
+    else:
+        width, height = _op(ctx, "Sub", coords[2], coords[0]), _op(ctx, "Sub", coords[3], coords[1])
+    negative = _op(ctx, "Or", _op(ctx, "Less", width, zero), _op(ctx, "Less", height, zero))
+    area = _op(ctx, "Where", negative, zero, _op(ctx, "Mul", width, height))
+    aj, ai = _pairs(ctx, area)
+    assert inter is not None
+    iou = _op(ctx, "Div", inter, _op(ctx, "Sub", _op(ctx, "Add", aj, ai), inter))
+    return _op(ctx, "Greater", iou, _fconst(ctx, thresh, "thresh"))
+
+
+def _overlap_multibox(ctx: ConvContext, coords: Sequence[str], thresh: float) -> str:
+    """(B, k, k) bool ``IoU(j, i) >= thresh`` as MultiBoxDetection computes it (union <= 0: IoU 0)."""
+    zero = _fconst(ctx, 0.0, "zero")
+    inter = None
+    for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
+        (aj, ai), (bj, bi) = _pairs(ctx, a), _pairs(ctx, b)
+        w = _op(ctx, "Sub", _op(ctx, "Min", bj, bi), _op(ctx, "Max", aj, ai))
+        w = _op(ctx, "Where", _op(ctx, "Less", zero, w), w, zero)  # std::max(0, w)
+        inter = w if inter is None else _op(ctx, "Mul", inter, w)
+    area = _op(ctx, "Mul", _op(ctx, "Sub", coords[2], coords[0]), _op(ctx, "Sub", coords[3], coords[1]))
+    aj, ai = _pairs(ctx, area)
+    assert inter is not None
+    union = _op(ctx, "Sub", _op(ctx, "Add", aj, ai), inter)
+    iou = _op(ctx, "Where", _op(ctx, "LessOrEqual", union, zero), zero, _op(ctx, "Div", inter, union))
+    return _op(ctx, "GreaterOrEqual", iou, _fconst(ctx, thresh, "thresh"))
+
+
+def _suppressor(ctx: ConvContext, overlap: str, valid: str, k: int, same_class: Optional[str]) -> str:
+    """(B, k, k) bool ``S[j, i]``: j < i, both valid, same class (when given) and overlapping."""
+    upper = ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "upper")
+    s = _op(ctx, "And", overlap, upper)
+    vj, vi = _pairs(ctx, valid)
+    s = _op(ctx, "And", s, _op(ctx, "And", vj, vi))
+    return s if same_class is None else _op(ctx, "And", s, same_class)
+
+
+def _same(ctx: ConvContext, ids: str) -> str:
+    """(B, k, k) bool ``ids[j] == ids[i]``."""
+    j, i = _pairs(ctx, ids)
+    return _op(ctx, "Equal", j, i)
+
+
+# -- _contrib_box_nms --------------------------------------------------------------------
+
+
+def _nms_geometry(spec: OpSpec) -> Tuple[int, int, int, int]:
+    """(batch, n, width, k) of a box_nms node; k is the candidates kept for suppression."""
+    shape = spec.in_shapes[0]
+    b = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
+    n, w = shape[-2], shape[-1]
+    topk = attr_int(spec, "topk", -1)
+    return b, n, w, (n if topk < 0 else min(n, topk))
+
+
+def _check_box_nms(spec: OpSpec) -> Optional[str]:
+    r = check_outputs(spec, 1)
+    if r:
+        return r
+    if spec.in_dtypes[0] != "float32" or spec.out_dtypes[0] != "float32":
+        return f"input dtype {spec.in_dtypes[0]}: only float32 boxes convert"
+    if len(spec.in_shapes[0]) < 2:
+        return f"data must have at least 2 dimensions, got {spec.in_shapes[0]}"
+    b, n, w, k = _nms_geometry(spec)
+    cs, si, ii = attr_int(spec, "coord_start", 2), attr_int(spec, "score_index", 1), attr_int(spec, "id_index", -1)
+    if not (0 <= cs and cs + 3 < w and 0 <= si < w and not cs <= si <= cs + 3 and ii < w
+            and (ii < 0 or (not cs <= ii <= cs + 3 and ii != si))):
+        return f"coord_start={cs}, score_index={si}, id_index={ii} do not fit rows of width {w}"
+    for key in ("in_format", "out_format"):
+        if attr_str(spec, key, "corner") not in ("corner", "center"):
+            return f"{key}={attr_str(spec, key, 'corner')!r} is not 'corner' or 'center'"
+    if n >= MAX_ROWS:
+        return f"{n} boxes per batch row exceed the int32 keys of the ONNX form"
+    if b * k * k > MAX_PAIRS:
+        return (f"suppressing {k} candidates in each of {b} batch rows compares {b * k * k} pairs "
+                f"(limit {MAX_PAIRS}); set topk lower to convert it")
+    return None
+
+
+def _convert_format(ctx: ConvContext, coords: List[str], to_center: bool) -> List[str]:
+    """MXNet's corner_to_center / center_to_corner, skipping rows whose first coordinate is < 0."""
+    two = _fconst(ctx, 2.0, "two")
+    c0, c1, c2, c3 = coords
+    if to_center:
+        new = [_op(ctx, "Div", _op(ctx, "Add", c0, c2), two), _op(ctx, "Div", _op(ctx, "Add", c1, c3), two),
+               _op(ctx, "Sub", c2, c0), _op(ctx, "Sub", c3, c1)]
+    else:
+        hw, hh = _op(ctx, "Div", c2, two), _op(ctx, "Div", c3, two)
+        new = [_op(ctx, "Sub", c0, hw), _op(ctx, "Sub", c1, hh), _op(ctx, "Add", c0, hw), _op(ctx, "Add", c1, hh)]
+    skip = _op(ctx, "Less", c0, _fconst(ctx, 0.0, "zero"))
+    return [_op(ctx, "Where", skip, old, nw) for old, nw in zip(coords, new)]
+
+
+@register("_contrib_box_nms", "_contrib_box_non_maximum_suppression", "_npx_box_nms", validator=_check_box_nms)
+def _box_nms(ctx: ConvContext) -> None:
+    """MXNet's box_nms: kept boxes first in score order (ties by index), then -1 rows.
+
+    Valid boxes have ``score > valid_thresh`` (and, with ``id_index``, an id other
+    than ``background_id``); the ``topk`` best of each batch row compete; a box is
+    suppressed by a kept, earlier box of the same class (any class with
+    ``force_suppress`` or without ``id_index``, classes compared as C ints) whose IoU
+    with it exceeds ``overlap_thresh``. Rows are copied whole; coordinates change
+    format when ``in_format != out_format`` except in rows whose first coordinate
+    is negative, as MXNet's kernel skips them. ``topk=0`` passes the input through.
+    """
+    spec = ctx.spec
+    shape = spec.in_shapes[0]
+    b, n, w, k = _nms_geometry(spec)
+    if k < 1:
+        ctx.emit("Identity", [ctx.inputs[0]], ctx.outputs)
+        return
+    cs, si, ii = attr_int(spec, "coord_start", 2), attr_int(spec, "score_index", 1), attr_int(spec, "id_index", -1)
+    center = attr_str(spec, "in_format", "corner") == "center"
+    x = _op(ctx, "Reshape", ctx.inputs[0], int64s(ctx, [b, n, w], "shape"))
+    score = _column(ctx, x, si)
+    valid = _op(ctx, "Greater", score, _fconst(ctx, attr_float(spec, "valid_thresh", 0.0), "valid_thresh"))
+    if ii >= 0:
+        bg = _fconst(ctx, float(attr_int(spec, "background_id", -1)), "background")
+        valid = _op(ctx, "And", valid, _op(ctx, "Not", _op(ctx, "Equal", _column(ctx, x, ii), bg)))
+    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, valid, n, k), n, k)
+    perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, k)
+    order = _gather(ctx, slots, perm)
+    cand = _gather_rows(ctx, x, order, w)  # (B, k, W) in MXNet's sorted order
+    cvalid = _gather(ctx, slot_valid, perm)
+    coords = [_column(ctx, cand, cs + c) for c in range(4)]
+    overlap = _overlap_nms(ctx, coords, center, attr_float(spec, "overlap_thresh", 0.5))
+    same = None
+    if ii >= 0 and not spec.bool_("force_suppress", False):
+        same = _same(ctx, trunc(ctx, _column(ctx, cand, ii), spec.in_dtypes[0], 2))
+    keep = _greedy_keep(ctx, _suppressor(ctx, overlap, cvalid, k, same), cvalid, k)
+    kept, kept_valid = _compact(ctx, keep, k, k)
+    rows = _gather_rows(ctx, cand, kept, w)
+    rows = _op(ctx, "Where", _unsq(ctx, kept_valid, 2), rows, _fconst(ctx, -1.0, "minus1"))
+    if attr_str(spec, "in_format", "corner") != attr_str(spec, "out_format", "corner"):
+        cols = [_column(ctx, rows, c) for c in range(w)]
+        cols[cs:cs + 4] = _convert_format(ctx, cols[cs:cs + 4], not center)
+        rows = _op(ctx, "Concat", *[_unsq(ctx, c, 2) for c in cols], axis=2)
+    if k < n:
+        rows = _op(ctx, "Concat", rows, ctx.const(np.full((b, n - k, w), -1, np.dtype(spec.in_dtypes[0])), "pad"), axis=1)
+    ctx.emit("Reshape", [rows, int64s(ctx, list(shape), "shape")], ctx.outputs)
+
+
+# -- Proposal: native ------------------------------------------------------------------------
+
+
+_PROPOSAL_WHY = (
+    "{op} stays native: it decodes and clips the proposals, drops those under the minimum size, cuts them to "
+    "rpn_pre_nms_top_n before and rpn_post_nms_top_n after suppression and pads by repeating kept boxes; "
+    "no converter reproduces these steps yet"
+)
+
+
+def _check_proposal(spec: OpSpec) -> Optional[str]:
+    return _PROPOSAL_WHY.format(op=spec.op)
+
+
+def _never(ctx: ConvContext) -> None:  # pragma: no cover - the validator always refuses
+    raise AssertionError(f"{ctx.spec.op} has no ONNX form")
+
+
+register("_contrib_Proposal", "_contrib_MultiProposal", validator=_check_proposal)(_never)

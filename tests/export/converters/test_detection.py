@@ -1,0 +1,158 @@
+"""Detection post-processing converters (mx_trt/export/converters/detection.py) against MXNet 1.9.1.
+
+Each case binds the operator twice, natively and with the pass on the ONNX Runtime
+backend (strict, every subgraph an engine), asserts that the operator went into an
+engine, and compares the outputs row by row: the same kept rows in the same order,
+ids, scores and the -1 rows exactly, coordinates within fp32 ``1e-6 * max|x|`` (they
+are copied, or converted between corner and center form by the same arithmetic).
+
+The inputs are built to be hard: scores drawn from a few values (so most scores tie
+exactly and the order of ties decides the output), boxes in a few tight clusters (so
+most pairs overlap), class ids from a few values, some rows below ``valid_thresh`` or
+of the background class, and some coordinates negative.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.export.converters import check
+from mx_trt.export.subgraph import op_spec
+from mx_trt.graph.importer import symbol_to_graph
+
+D = mx.sym.Variable("data")
+COORD_RTOL = 1e-6
+
+
+def _bind(sym, shapes: Dict[str, Tuple[int, ...]], inputs: Dict[str, np.ndarray], on: bool, monkeypatch):
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1" if on else "0")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={}, **shapes)
+    for k, v in inputs.items():
+        exe.arg_dict[k][:] = v
+    exe.forward(is_train=False)
+    return exe, [o.asnumpy() for o in exe.outputs]
+
+
+def _compare(sym, shapes, inputs, monkeypatch, coord_cols: List[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """Bind natively and through ONNX Runtime engines; assert the op ran in an engine and the rows match."""
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "onnxruntime")
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
+    _, (ref,) = _bind(sym, shapes, inputs, False, monkeypatch)
+    exe, (got,) = _bind(sym, shapes, inputs, True, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    assert info is not None and len(info.engines) == 1 and not info.plan.partition.native, (
+        info and {info.plan.graph.nodes[v].op: w for v, w in info.plan.partition.native.items()})
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    other = [c for c in range(ref.shape[-1]) if c not in coord_cols]
+    np.testing.assert_array_equal(got[..., other], ref[..., other])
+    scale = max(1.0, float(np.abs(ref[..., coord_cols]).max()))
+    np.testing.assert_allclose(got[..., coord_cols], ref[..., coord_cols], rtol=0, atol=COORD_RTOL * scale)
+    return ref, got
+
+
+def _rows(rng: np.random.RandomState, shape: Tuple[int, ...], coord_start: int, score_index: int, id_index: int,
+          center: bool = False, ids: int = 3) -> np.ndarray:
+    """Rows of boxes in a few clusters, tied scores, a few class ids (see the module docstring)."""
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    lead = shape[:-1]
+    centers = rng.uniform(-2, 10, (4, 2))
+    pick = centers[rng.randint(0, 4, lead)]
+    lo = pick + rng.uniform(-1, 1, lead + (2,))
+    size = rng.uniform(0.5, 4, lead + (2,))
+    box = np.concatenate([lo, lo + size], axis=-1)
+    if center:
+        box = np.concatenate([lo + size / 2, size], axis=-1)
+    x[..., coord_start:coord_start + 4] = box
+    x[..., score_index] = rng.choice([0.05, 0.3, 0.3, 0.5, 0.5, 0.5, 0.9, 0.9], lead)
+    if id_index >= 0:
+        x[..., id_index] = rng.randint(-1, ids, lead).astype(np.float32)
+    return x
+
+
+#: name, data shape, box_nms attributes, rows' layout (coord_start, score_index, id_index), center input.
+NMS_CASES = [
+    ("defaults", (1, 40, 6), {}, False),
+    ("ids_per_class", (2, 50, 6), dict(id_index=0, overlap_thresh=0.3), False),
+    ("ids_force_suppress", (2, 50, 6), dict(id_index=0, force_suppress=True, overlap_thresh=0.3), False),
+    ("topk_cuts_ties", (2, 60, 6), dict(id_index=0, topk=17, valid_thresh=0.1), False),
+    ("background_id", (1, 50, 6), dict(id_index=0, background_id=0, overlap_thresh=0.4), False),
+    ("rpn_layout", (1, 64, 5), dict(coord_start=1, score_index=0, id_index=-1, force_suppress=True,
+                                    overlap_thresh=0.7, topk=30), False),
+    ("score_last", (2, 30, 7), dict(coord_start=0, score_index=6, id_index=4, overlap_thresh=0.5), False),
+    ("center_to_corner", (2, 40, 6), dict(in_format="center", out_format="corner", id_index=0), True),
+    ("corner_to_center", (2, 40, 6), dict(in_format="corner", out_format="center", overlap_thresh=0.2), False),
+    ("center_in_center_out", (1, 40, 6), dict(in_format="center", out_format="center"), True),
+    ("batch_dims", (2, 3, 20, 6), dict(id_index=0, topk=8), False),
+    ("two_dims", (30, 6), dict(overlap_thresh=0.45), False),
+    ("topk_past_n", (1, 20, 6), dict(topk=100, id_index=0), False),
+    ("topk_zero_passes_through", (1, 20, 6), dict(topk=0, in_format="corner", out_format="center"), False),
+    ("nothing_valid", (2, 20, 6), dict(valid_thresh=0.95), False),
+    ("gluoncv_ssd", (1, 600, 6), dict(overlap_thresh=0.45, topk=400, valid_thresh=0.01, id_index=0,
+                                      score_index=1, coord_start=2, force_suppress=False), False),
+    ("no_overlap_suppresses", (1, 30, 6), dict(overlap_thresh=1.0), False),
+    ("everything_overlaps", (1, 30, 6), dict(overlap_thresh=0.0, id_index=0), False),
+]
+
+
+def _layout(kw: Dict) -> Tuple[int, int, int]:
+    return kw.get("coord_start", 2), kw.get("score_index", 1), kw.get("id_index", -1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name,shape,kw,center", NMS_CASES, ids=[c[0] for c in NMS_CASES])
+def test_box_nms_matches_mxnet(name, shape, kw, center, seed, monkeypatch):
+    cs, si, ii = _layout(kw)
+    data = _rows(np.random.RandomState(seed), shape, cs, si, ii, center)
+    if name == "nothing_valid":
+        data[..., si] = np.minimum(data[..., si], 0.9)
+    ref, _ = _compare(mx.sym.contrib.box_nms(D, name="nms", **kw), {"data": shape}, {"data": data}, monkeypatch,
+                      list(range(cs, cs + 4)))
+    kept = ref[..., si] != -1
+    # The cases exercise what they are named for.
+    if name not in ("topk_zero_passes_through", "nothing_valid"):
+        assert kept.any()
+        scores = data[..., si].reshape(-1)
+        assert len(np.unique(scores)) < 0.5 * scores.size  # many exact ties
+    if name == "nothing_valid":
+        assert not kept.any()
+    if name in ("defaults", "ids_per_class", "rpn_layout", "gluoncv_ssd"):
+        assert kept.sum() < (data[..., si] > kw.get("valid_thresh", 0)).sum()  # something was suppressed
+
+
+def test_box_non_maximum_suppression_alias(monkeypatch):
+    data = _rows(np.random.RandomState(5), (1, 30, 6), 2, 1, 0)
+    sym = mx.sym.contrib.box_non_maximum_suppression(D, id_index=0, topk=12, name="nms")
+    _compare(sym, {"data": (1, 30, 6)}, {"data": data}, monkeypatch, [2, 3, 4, 5])
+
+
+def test_gluoncv_ssd_tail(monkeypatch):
+    """box_nms followed by the slices GluonCV emits (ids, scores, boxes of the first 100 rows) in one engine."""
+    nms = mx.sym.contrib.box_nms(D, overlap_thresh=0.45, topk=400, valid_thresh=0.01, id_index=0, name="nms")
+    head = mx.sym.slice_axis(nms, axis=1, begin=0, end=100)
+    out = mx.sym.Group([mx.sym.slice_axis(head, axis=2, begin=0, end=1), mx.sym.slice_axis(head, axis=2, begin=1, end=2),
+                        mx.sym.slice_axis(head, axis=2, begin=2, end=6)])
+    data = _rows(np.random.RandomState(7), (2, 500, 6), 2, 1, 0)
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "onnxruntime")
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
+    _, ref = _bind(out, {"data": data.shape}, {"data": data}, False, monkeypatch)
+    exe, got = _bind(out, {"data": data.shape}, {"data": data}, True, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    assert len(info.engines) == 1 and not info.plan.partition.native
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=0, atol=1e-5)
+
+
+def _reason(sym, shapes, dtypes=None):
+    g = symbol_to_graph(sym, shapes, dtypes)
+    return check(op_spec(g, g.op_nodes()[-1], {}))
+
+
+def test_box_nms_refusals_say_why():
+    assert "limit" in _reason(mx.sym.contrib.box_nms(D, topk=-1), {"data": (1, 9000, 6)})
+    assert _reason(mx.sym.contrib.box_nms(D, topk=4000), {"data": (1, 9000, 6)}) is None
+    assert "float32" in _reason(mx.sym.contrib.box_nms(D), {"data": (1, 10, 6)}, {"data": "float16"})

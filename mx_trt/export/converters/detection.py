@@ -166,8 +166,8 @@ def _greedy_keep(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
 
     body = helper.make_graph([
         const("ax", np.asarray([2], np.int64)),
-        const("ax1", np.asarray([1], np.int64)),
         const("zero", np.asarray(0, np.int32)),
+    ] + ([const("ax1", np.asarray([1], np.int64))] if ctx.opset >= 18 else []) + [
         helper.make_node("Unsqueeze", [t("keep_in"), t("ax")], [t("ku")]),
         helper.make_node("And", [suppress, t("ku")], [t("hit")]),
         helper.make_node("Cast", [t("hit")], [t("hiti")], to=_INT32),
@@ -352,6 +352,119 @@ def _box_nms(ctx: ConvContext) -> None:
     if k < n:
         rows = _op(ctx, "Concat", rows, ctx.const(np.full((b, n - k, w), -1, np.dtype(spec.in_dtypes[0])), "pad"), axis=1)
     ctx.emit("Reshape", [rows, int64s(ctx, list(shape), "shape")], ctx.outputs)
+
+
+# -- _contrib_MultiBoxDetection -------------------------------------------------------------
+
+
+def _check_multibox_detection(spec: OpSpec) -> Optional[str]:
+    r = check_outputs(spec, 1)
+    if r:
+        return r
+    if any(d != "float32" for d in spec.in_dtypes):
+        return f"input dtypes {list(spec.in_dtypes)}: only float32 converts"
+    (b, c, n), loc, anchors = spec.in_shapes
+    if c < 2:
+        return f"cls_prob has {c} class(es); MXNet's first class is the background, so no box could be kept"
+    if tuple(loc) != (b, 4 * n) or len(anchors) != 3 or anchors[1:] != (n, 4):
+        return f"loc_pred {loc} and anchors {anchors} do not fit {n} anchors"
+    if len(_variances(spec)) != 4:
+        return f"variances {_variances(spec)} must have 4 values"
+    k = _multibox_k(spec)
+    if b * k * k > MAX_PAIRS:
+        return (f"suppressing {k} detections in each of {b} images compares {b * k * k} pairs "
+                f"(limit {MAX_PAIRS}); set nms_topk lower to convert it")
+    return None
+
+
+def _variances(spec: OpSpec) -> Tuple[float, ...]:
+    v = spec.tuple_("variances")
+    return (0.1, 0.1, 0.2, 0.2) if v is None else tuple(float(x) for x in v)
+
+
+def _multibox_k(spec: OpSpec) -> int:
+    n = spec.in_shapes[0][2]
+    topk = attr_int(spec, "nms_topk", -1)
+    return n if topk <= 0 else min(topk, n)
+
+
+def _decode_anchors(ctx: ConvContext, loc: str, anchors: str, n: int) -> List[str]:
+    """MXNet's TransformLocations, term by term: four (B, n) corner columns."""
+    spec = ctx.spec
+    a = _op(ctx, "Reshape", anchors, int64s(ctx, [1, n, 4], "shape"))
+    al, at, ar, ab = (_column(ctx, a, c) for c in range(4))
+    p = _op(ctx, "Reshape", loc, int64s(ctx, [0, n, 4], "shape"))
+    px, py, pw, ph = (_column(ctx, p, c) for c in range(4))
+    vx, vy, vw, vh = (_fconst(ctx, v, "var") for v in _variances(spec))
+    two = _fconst(ctx, 2.0, "two")
+    aw, ah = _op(ctx, "Sub", ar, al), _op(ctx, "Sub", ab, at)
+    ax, ay = _op(ctx, "Div", _op(ctx, "Add", al, ar), two), _op(ctx, "Div", _op(ctx, "Add", at, ab), two)
+    ox = _op(ctx, "Add", _op(ctx, "Mul", _op(ctx, "Mul", px, vx), aw), ax)
+    oy = _op(ctx, "Add", _op(ctx, "Mul", _op(ctx, "Mul", py, vy), ah), ay)
+    ow = _op(ctx, "Div", _op(ctx, "Mul", _op(ctx, "Exp", _op(ctx, "Mul", pw, vw)), aw), two)
+    oh = _op(ctx, "Div", _op(ctx, "Mul", _op(ctx, "Exp", _op(ctx, "Mul", ph, vh)), ah), two)
+    out = [_op(ctx, "Sub", ox, ow), _op(ctx, "Sub", oy, oh), _op(ctx, "Add", ox, ow), _op(ctx, "Add", oy, oh)]
+    if spec.bool_("clip", True):
+        zero, one = _fconst(ctx, 0.0, "zero"), _fconst(ctx, 1.0, "one")
+        out = [_op(ctx, "Max", _op(ctx, "Min", v, one), zero) for v in out]
+    return out
+
+
+def _set_column(ctx: ConvContext, rows: str, c: int, width: int, value: str) -> str:
+    """``rows`` (B, n, W) with column ``c`` replaced by the (B, n) ``value``."""
+    cols = [_column(ctx, rows, j) for j in range(width)]
+    cols[c] = value
+    return _op(ctx, "Concat", *[_unsq(ctx, v, 2) for v in cols], axis=2)
+
+
+@register("_contrib_MultiBoxDetection", "_npx_multibox_detection", validator=_check_multibox_detection)
+def _multibox_detection(ctx: ConvContext) -> None:
+    """MXNet's MultiBoxDetection (CPU kernel): rows ``[id, score, x1, y1, x2, y2]`` per anchor.
+
+    Each anchor's class is the first of the highest non-background probabilities (class 0
+    is the background whatever ``background_id`` says, as in MXNet's kernel); anchors
+    under ``threshold`` are dropped and the others compacted in anchor order. With a
+    valid ``nms_threshold`` in (0, 1], the first ``nms_topk`` of them by score (stable)
+    lead, the rest of the compacted rows follow with id -1, and suppressed rows keep
+    their place with id -1 (``IoU >= nms_threshold``, same id unless ``force_suppress``).
+    Unused rows are -1.
+    """
+    spec = ctx.spec
+    cls_prob, loc, anchors = ctx.inputs
+    b, c, n = spec.in_shapes[0]
+    probs = _op(ctx, "Slice", cls_prob, int64s(ctx, [1], "s"), int64s(ctx, [c], "e"), int64s(ctx, [1], "ax"))
+    best = _reduce(ctx, "ReduceMax", probs, 1, False)  # (B, n)
+    cls = _op(ctx, "Cast", _op(ctx, "ArgMax", probs, axis=1, keepdims=0, select_last_index=0), to=1)
+    found = _op(ctx, "Greater", best, _fconst(ctx, -1.0, "minus1"))  # MXNet starts its maximum at -1
+    score = _op(ctx, "Where", found, best, _fconst(ctx, -1.0, "minus1"))
+    valid = _op(ctx, "And", found, _op(ctx, "Not", _op(ctx, "Less", score, _fconst(ctx, attr_float(spec, "threshold", 0.01),
+                                                                                       "threshold"))))
+    ids = _op(ctx, "Where", valid, cls, _fconst(ctx, -1.0, "minus1"))  # class j is id j - 1
+    boxes = _decode_anchors(ctx, loc, anchors, n)
+    rows = _op(ctx, "Concat", *[_unsq(ctx, v, 2) for v in [ids, score] + boxes], axis=2)  # (B, n, 6)
+    minus1 = _fconst(ctx, -1.0, "minus1")
+    comp, comp_valid = _compact(ctx, valid, n, n)
+    packed = _op(ctx, "Where", _unsq(ctx, comp_valid, 2), _gather_rows(ctx, rows, comp, 6), minus1)
+    nms = attr_float(spec, "nms_threshold", 0.5)
+    if not 0 < nms <= 1:
+        ctx.emit("Identity", [packed], ctx.outputs)
+        return
+    k = _multibox_k(spec)
+    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, valid, n, k), n, k)
+    perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, k)
+    top = _gather_rows(ctx, rows, _gather(ctx, slots, perm), 6)
+    top_valid = _gather(ctx, slot_valid, perm)
+    top_ids = _column(ctx, top, 0)
+    same = None if spec.bool_("force_suppress", False) else _same(ctx, top_ids)
+    overlap = _overlap_multibox(ctx, [_column(ctx, top, j) for j in range(2, 6)], nms)
+    keep = _greedy_keep(ctx, _suppressor(ctx, overlap, top_valid, k, same), top_valid, k)
+    top = _set_column(ctx, top, 0, 6, _op(ctx, "Where", keep, top_ids, minus1))
+    top = _op(ctx, "Where", _unsq(ctx, top_valid, 2), top, minus1)
+    if k < n:
+        rest = _op(ctx, "Slice", packed, int64s(ctx, [k], "s"), int64s(ctx, [n], "e"), int64s(ctx, [1], "ax"))
+        rest = _set_column(ctx, rest, 0, 6, ctx.const(np.full((b, n - k), -1, np.float32), "no_id"))
+        top = _op(ctx, "Concat", top, rest, axis=1)
+    ctx.emit("Identity", [top], ctx.outputs)
 
 
 # -- Proposal: native ------------------------------------------------------------------------

@@ -156,3 +156,45 @@ def test_box_nms_refusals_say_why():
     assert "limit" in _reason(mx.sym.contrib.box_nms(D, topk=-1), {"data": (1, 9000, 6)})
     assert _reason(mx.sym.contrib.box_nms(D, topk=4000), {"data": (1, 9000, 6)}) is None
     assert "float32" in _reason(mx.sym.contrib.box_nms(D), {"data": (1, 10, 6)}, {"data": "float16"})
+
+
+# -- _contrib_MultiBoxDetection -------------------------------------------------------------
+
+
+def _multibox_inputs(rng: np.random.RandomState, b: int, c: int, n: int) -> Dict[str, np.ndarray]:
+    """Class probabilities from a few values (ties within and across anchors), clustered anchors."""
+    probs = rng.choice([0.0, 0.005, 0.2, 0.2, 0.4, 0.4, 0.7], (b, c, n)).astype(np.float32)
+    centers = rng.uniform(0.2, 0.8, (3, 2))[rng.randint(0, 3, n)] + rng.uniform(-0.05, 0.05, (n, 2))
+    size = rng.uniform(0.1, 0.4, (n, 2))
+    anchors = np.concatenate([centers - size / 2, centers + size / 2], axis=1).astype(np.float32)
+    loc = rng.uniform(-0.5, 0.5, (b, n * 4)).astype(np.float32)
+    return {"cls": probs, "loc": loc, "anchors": anchors.reshape(1, n, 4)}
+
+
+MULTIBOX_CASES = [
+    ("defaults", 1, 4, 40, {}),
+    ("batch_topk", 2, 5, 60, dict(nms_topk=15, nms_threshold=0.3)),
+    ("force_suppress", 2, 3, 50, dict(force_suppress=True, nms_threshold=0.4)),
+    ("no_clip_variances", 1, 4, 40, dict(clip=False, variances=(0.2, 0.1, 0.3, 0.1))),
+    ("threshold_high", 2, 4, 40, dict(threshold=0.5)),
+    ("nms_off", 1, 4, 40, dict(nms_threshold=0.0)),
+    ("nms_one", 1, 3, 40, dict(nms_threshold=1.0)),
+    ("topk_past_n", 1, 3, 30, dict(nms_topk=100)),
+    ("two_classes", 2, 2, 50, dict(nms_topk=20, nms_threshold=0.45)),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name,b,c,n,kw", MULTIBOX_CASES, ids=[m[0] for m in MULTIBOX_CASES])
+def test_multibox_detection_matches_mxnet(name, b, c, n, kw, seed, monkeypatch):
+    inputs = _multibox_inputs(np.random.RandomState(seed), b, c, n)
+    sym = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
+                                           name="det", **kw)
+    shapes = {k: v.shape for k, v in inputs.items()}
+    ref, _ = _compare(sym, shapes, inputs, monkeypatch, [2, 3, 4, 5])
+    ids = ref[..., 0]
+    if name != "threshold_high":
+        assert (ids >= 0).any()
+    if name in ("defaults", "batch_topk", "force_suppress"):
+        # something was suppressed: a row with a score but no id
+        assert ((ids == -1) & (ref[..., 1] > 0)).any()

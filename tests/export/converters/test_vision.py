@@ -277,14 +277,9 @@ def test_i3d_stem():
     _run(_i3d_stem(), {"data": (1, 3, 8, 16, 16)})
 
 
-# -- NMS-like ops: always native, with the reason ------------------------------------------
+# -- Proposal: native, with the reason (box_nms and MultiBoxDetection: test_detection.py) --
 
-NMS = [
-    ("box_nms", lambda: mx.sym.contrib.box_nms(D, overlap_thresh=0.5, topk=10, name="nms"), {"data": (1, 20, 6)}),
-    ("box_non_maximum_suppression", lambda: mx.sym.contrib.box_non_maximum_suppression(D, name="nms"), {"data": (1, 20, 6)}),
-    ("MultiBoxDetection", lambda: mx.sym.contrib.MultiBoxDetection(
-        mx.sym.Variable("cls"), mx.sym.Variable("loc"), A, name="det"),
-     {"cls": (1, 3, 8), "loc": (1, 32), "anchors": (1, 8, 4)}),
+PROPOSAL = [
     ("Proposal", lambda: mx.sym.contrib.Proposal(
         mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"), rpn_post_nms_top_n=4,
         rpn_pre_nms_top_n=8, scales=(8,), ratios=(1,), name="prop"),
@@ -296,12 +291,12 @@ NMS = [
 ]
 
 
-@pytest.mark.parametrize("name,make,shapes", NMS, ids=[c[0] for c in NMS])
-def test_nms_like_ops_stay_native_with_the_reason(name, make, shapes):
+@pytest.mark.parametrize("name,make,shapes", PROPOSAL, ids=[c[0] for c in PROPOSAL])
+def test_proposal_stays_native_with_the_reason(name, make, shapes):
     graph = symbol_to_graph(make(), shapes)
     spec = op_spec(graph, graph.op_nodes()[-1], {})
     reason = registry.check(spec)
-    assert reason and reason.startswith(f"{spec.op} stays native") and "exactly" in reason
+    assert reason and reason.startswith(f"{spec.op} stays native") and "rpn_pre_nms_top_n" in reason
 
 
 # -- TensorRT-RTX build gate ------------------------------------------------------------------

@@ -129,29 +129,37 @@ def gluoncv_model(name: str, kind: str, size: Tuple[int, int], seed: int = 0, ba
     return Model(name, sym, args, aux, {"data": shape}, {"data": "float32"}, {"data": x}, kind)
 
 
-def spread_yolo_scores(model: Model, factor: float = 100.0, seed: int = 0) -> Model:
-    """Make a random YOLOv3's class and objectness logits spread out (in place; returns ``model``).
+def _spread(model: Model, weight: str, rows: np.ndarray, factor: float, rng: np.random.RandomState) -> None:
+    """Scale the ``rows`` (output channels) of ``weight`` by ``factor`` and spread their biases over [-2, 2]."""
+    import mxnet as mx
+
+    bias = weight[:-len("weight")] + "bias"
+    w, b = model.args[weight].asnumpy(), model.args[bias].asnumpy()
+    w[rows] *= factor
+    b[rows] += rng.uniform(-2, 2, int(rows.sum()))
+    model.args[weight], model.args[bias] = mx.nd.array(w), mx.nd.array(b)
+    model.params = {**model.args, **model.aux}
+
+
+def spread_scores(model: Model, factor: float = 100.0, seed: int = 0) -> Model:
+    """Make a random detector's score logits spread out (in place; returns ``model``).
 
     With random weights those logits barely differ: the top 400 of 20,160 scores of
     YOLOv3-MobileNet at 128x128 lie within 1e-6 of each other (307 of 399 gaps), so
     float rounding alone reorders them and MXNet's own box_nms, fed native and
-    accelerated inputs, keeps 84 of the same 100 boxes. Scaling the objectness and
-    class channels of each output convolution (the 4 box channels of every anchor
-    are left alone) and spreading their biases separates the scores, so that the
-    detections compare meaningfully; the graph is unchanged.
+    accelerated inputs, keeps 84 of the same 100 boxes. Scaling the channels that
+    become scores (YOLOv3: objectness and classes of each output convolution, not the
+    4 box channels of every anchor; Faster R-CNN: the RPN's objectness and the class
+    head) and spreading their biases separates the scores, so that detections compare
+    meaningfully. The graph is unchanged.
     """
-    import mxnet as mx
-
     rng = np.random.RandomState(seed)
-    for k in [k for k in model.args if "yolooutput" in k and k.endswith("conv0_weight")]:
-        w, b = model.args[k].asnumpy(), model.args[k[:-len("weight")] + "bias"].asnumpy()
-        per_anchor = w.shape[0] // 3
-        scored = np.arange(w.shape[0]) % per_anchor >= 4
-        w[scored] *= factor
-        b[scored] += rng.uniform(-2, 2, int(scored.sum()))
-        model.args[k] = mx.nd.array(w)
-        model.args[k[:-len("weight")] + "bias"] = mx.nd.array(b)
-    model.params = {**model.args, **model.aux}
+    for k in sorted(model.args):
+        if "yolooutput" in k and k.endswith("conv0_weight"):
+            n = model.args[k].shape[0]
+            _spread(model, k, np.arange(n) % (n // 3) >= 4, factor, rng)
+        elif k in ("fasterrcnn0_rpn0_conv1_weight", "fasterrcnn0_dense0_weight"):
+            _spread(model, k, np.ones(model.args[k].shape[0], bool), factor, rng)
     return model
 
 
@@ -179,9 +187,9 @@ def bert_model(name: str = "bert_12_768_12", seq_len: int = 32, batch: int = 1, 
 MODELS: Dict[str, Callable[[], Model]] = {
     "ssd_resnet50": lambda: gluoncv_model("ssd_512_resnet50_v1_voc", "detection", (128, 128)),
     "ssd_mobilenet": lambda: gluoncv_model("ssd_512_mobilenet1.0_voc", "detection", (128, 128)),
-    "yolo3_darknet53": lambda: spread_yolo_scores(gluoncv_model("yolo3_darknet53_voc", "detection", (128, 128))),
-    "yolo3_mobilenet": lambda: spread_yolo_scores(gluoncv_model("yolo3_mobilenet1.0_voc", "detection", (128, 128))),
-    "faster_rcnn": lambda: gluoncv_model("faster_rcnn_resnet50_v1b_voc", "detection", (128, 128)),
+    "yolo3_darknet53": lambda: spread_scores(gluoncv_model("yolo3_darknet53_voc", "detection", (128, 128))),
+    "yolo3_mobilenet": lambda: spread_scores(gluoncv_model("yolo3_mobilenet1.0_voc", "detection", (128, 128))),
+    "faster_rcnn": lambda: spread_scores(gluoncv_model("faster_rcnn_resnet50_v1b_voc", "detection", (128, 128))),
     "fcn": lambda: gluoncv_model("fcn_resnet50_voc", "segmentation", (128, 128), aux=False,
                                  base_size=128, crop_size=128),
     "psp": lambda: gluoncv_model("psp_resnet50_ade", "segmentation", (128, 128), aux=False,

@@ -198,3 +198,46 @@ def test_multibox_detection_matches_mxnet(name, b, c, n, kw, seed, monkeypatch):
     if name in ("defaults", "batch_topk", "force_suppress"):
         # something was suppressed: a row with a score but no id
         assert ((ids == -1) & (ref[..., 1] > 0)).any()
+
+
+# -- TensorRT-RTX build gate ------------------------------------------------------------------
+
+
+def _gate_cases() -> Dict[str, Tuple[object, Dict[str, Tuple[int, ...]], str]]:
+    """name -> (symbol, input shapes, the op that must land in a subgraph)."""
+    det = mx.sym.contrib.MultiBoxDetection(mx.sym.softmax(mx.sym.Variable("cls"), axis=1), mx.sym.Variable("loc"),
+                                           mx.sym.Variable("anchors"), nms_topk=20, name="op")
+    nms = mx.sym.contrib.box_nms(D * 1, overlap_thresh=0.45, topk=30, valid_thresh=0.01, id_index=0, name="op")
+    return {
+        "box_nms_ssd": (mx.sym.slice_axis(nms, axis=1, begin=0, end=10), {"data": (2, 50, 6)}, "_contrib_box_nms"),
+        "box_nms_center_rpn": (mx.sym.contrib.box_nms(D * 1, coord_start=1, score_index=0, force_suppress=True,
+                                                      in_format="center", out_format="corner", name="op"),
+                               {"data": (1, 40, 5)}, "_contrib_box_nms"),
+        "multibox_detection": (det, {"cls": (2, 4, 30), "loc": (2, 120), "anchors": (1, 30, 4)},
+                               "_contrib_MultiBoxDetection"),
+    }
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", sorted(_gate_cases()))
+def test_trt_rtx_gate(name, fp16, monkeypatch):
+    """The ONNX form (TopK, CumSum, the Loop with its boolean body) parses and builds with TensorRT-RTX."""
+    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.pipeline.plan import analyze
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.settings import Settings
+    from tests.build.test_trt_rtx_gate import gate
+    from tests.mxcheck import random_params
+
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
+    backend = TensorRTRTXBackend()
+    reason = backend.build_unavailable_reason()
+    assert reason is None, reason
+    sym, shapes, op = _gate_cases()[name]
+    args, aux = random_params(sym, shapes)
+    params = {**args, **aux}
+    plan = analyze(BindRequest(sym, shapes, params, Settings.from_env(), backend))
+    in_engine = {plan.graph.nodes[i].op for sg in plan.partition.subgraphs for i in sg.nodes}
+    assert op in in_engine, f"{op} stayed native: {[plan.reasons.get(i) for i in plan.reasons]}"
+    assert not plan.partition.native
+    assert gate(name, sym, shapes, params, backend, fp16)["subgraphs"] == 1

@@ -29,7 +29,7 @@ The k x k steps bound the size: a node whose ``batch * k * k`` exceeds
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -162,7 +162,10 @@ def _greedy_keep(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
     def reduce_max(x: str, out: str, axes: Optional[List[int]]) -> Any:
         if ctx.opset >= 18:  # axes as an input from opset 18
             return helper.make_node("ReduceMax", [t(x)] + ([t("ax1")] if axes else []), [t(out)], keepdims=0)
-        return helper.make_node("ReduceMax", [t(x)], [t(out)], keepdims=0, **({"axes": axes} if axes else {}))
+        attrs: Dict[str, Any] = {"keepdims": 0}
+        if axes:
+            attrs["axes"] = axes
+        return helper.make_node("ReduceMax", [t(x)], [t(out)], **attrs)
 
     body = helper.make_graph([
         const("ax", np.asarray([2], np.int64)),
@@ -204,13 +207,13 @@ def _axis_extent(ctx: ConvContext, a: str, b: str, center: bool) -> Tuple[str, s
 def _overlap_nms(ctx: ConvContext, coords: Sequence[str], center: bool, thresh: float) -> str:
     """(B, k, k) bool ``IoU(j, i) > thresh`` as box_nms computes it (no +1; negative sides give area 0)."""
     zero = _fconst(ctx, 0.0, "zero")
-    inter = None
+    sides = []
     for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
         lo, hi = _axis_extent(ctx, a, b, center)
         (loj, loi), (hij, hii) = _pairs(ctx, lo), _pairs(ctx, hi)
         w = _op(ctx, "Sub", _op(ctx, "Min", hij, hii), _op(ctx, "Max", loj, loi))
-        w = _op(ctx, "Where", _op(ctx, "Greater", w, zero), w, zero)
-        inter = w if inter is None else _op(ctx, "Mul", inter, w)
+        sides.append(_op(ctx, "Where", _op(ctx, "Greater", w, zero), w, zero))
+    inter = _op(ctx, "Mul", sides[0], sides[1])
     if center:
         width, height = coords[2], coords[3]
     else:
@@ -218,7 +221,6 @@ def _overlap_nms(ctx: ConvContext, coords: Sequence[str], center: bool, thresh: 
     negative = _op(ctx, "Or", _op(ctx, "Less", width, zero), _op(ctx, "Less", height, zero))
     area = _op(ctx, "Where", negative, zero, _op(ctx, "Mul", width, height))
     aj, ai = _pairs(ctx, area)
-    assert inter is not None
     iou = _op(ctx, "Div", inter, _op(ctx, "Sub", _op(ctx, "Add", aj, ai), inter))
     return _op(ctx, "Greater", iou, _fconst(ctx, thresh, "thresh"))
 
@@ -226,15 +228,14 @@ def _overlap_nms(ctx: ConvContext, coords: Sequence[str], center: bool, thresh: 
 def _overlap_multibox(ctx: ConvContext, coords: Sequence[str], thresh: float) -> str:
     """(B, k, k) bool ``IoU(j, i) >= thresh`` as MultiBoxDetection computes it (union <= 0: IoU 0)."""
     zero = _fconst(ctx, 0.0, "zero")
-    inter = None
+    sides = []
     for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
         (aj, ai), (bj, bi) = _pairs(ctx, a), _pairs(ctx, b)
         w = _op(ctx, "Sub", _op(ctx, "Min", bj, bi), _op(ctx, "Max", aj, ai))
-        w = _op(ctx, "Where", _op(ctx, "Less", zero, w), w, zero)  # std::max(0, w)
-        inter = w if inter is None else _op(ctx, "Mul", inter, w)
+        sides.append(_op(ctx, "Where", _op(ctx, "Less", zero, w), w, zero))  # std::max(0, w)
+    inter = _op(ctx, "Mul", sides[0], sides[1])
     area = _op(ctx, "Mul", _op(ctx, "Sub", coords[2], coords[0]), _op(ctx, "Sub", coords[3], coords[1]))
     aj, ai = _pairs(ctx, area)
-    assert inter is not None
     union = _op(ctx, "Sub", _op(ctx, "Add", aj, ai), inter)
     iou = _op(ctx, "Where", _op(ctx, "LessOrEqual", union, zero), zero, _op(ctx, "Div", inter, union))
     return _op(ctx, "GreaterOrEqual", iou, _fconst(ctx, thresh, "thresh"))

@@ -1,5 +1,6 @@
-"""Converters for MXNet's detection post-processing: ``box_nms`` and ``MultiBoxDetection``,
-exact to MXNet 1.9.1's CPU kernels, in standard ONNX with static output shapes.
+"""Converters for MXNet's detection post-processing: ``box_nms``, ``MultiBoxDetection``,
+``Proposal`` and ``MultiProposal``, exact to MXNet 1.9.1's CPU kernels, in standard ONNX
+with static output shapes.
 
 MXNet's non-maximum suppression is greedy over the candidates sorted by score
 (``std::stable_sort``: descending scores, ties by the lower index), and its output
@@ -24,7 +25,7 @@ with a fixed shape:
 
 The k x k steps bound the size: a node whose ``batch * k * k`` exceeds
 :data:`MAX_PAIRS` stays native with the reason. ``_contrib_Proposal`` and
-``_contrib_MultiProposal`` stay native (see :data:`_PROPOSAL_WHY`).
+``_contrib_MultiProposal`` reuse the same steps after decoding their anchors.
 """
 from __future__ import annotations
 
@@ -95,6 +96,14 @@ def _gather_rows(ctx: ConvContext, x: str, idx: str, width: int) -> str:
 def _gather(ctx: ConvContext, x: str, idx: str) -> str:
     """``x[b, idx[b, r]]`` of (B, n) ``x``: (B, r)."""
     return _op(ctx, "GatherElements", x, idx, axis=1)
+
+
+def _take(ctx: ConvContext, x: str, idx: str, b: int, n: int) -> str:
+    """``x[b, idx[b, r], ...]`` of (B, n, ...) ``x`` and (B, r) int64 ``idx`` for any r (GatherElements
+    wants r <= n): a Gather over the flattened batch."""
+    flat = _op(ctx, "Reshape", x, int64s(ctx, [b * n, -1], "shape"))
+    offset = ctx.const((np.arange(b, dtype=np.int64) * n).reshape(b, 1), "offset")
+    return _op(ctx, "Gather", flat, _op(ctx, "Add", idx, offset), axis=0)  # (B, r, W)
 
 
 def _iota(ctx: ConvContext, n: int, hint: str = "iota") -> str:
@@ -468,22 +477,170 @@ def _multibox_detection(ctx: ConvContext) -> None:
     ctx.emit("Identity", [top], ctx.outputs)
 
 
-# -- Proposal: native ------------------------------------------------------------------------
+# -- _contrib_Proposal / _contrib_MultiProposal ---------------------------------------------
 
 
-_PROPOSAL_WHY = (
-    "{op} stays native: it decodes and clips the proposals, drops those under the minimum size, cuts them to "
-    "rpn_pre_nms_top_n before and rpn_post_nms_top_n after suppression and pads by repeating kept boxes; "
-    "no converter reproduces these steps yet"
-)
+def _floats(spec: OpSpec, key: str, default: Tuple[float, ...]) -> Tuple[float, ...]:
+    v = spec.tuple_(key)
+    return default if v is None else tuple(float(x) for x in v)
+
+
+def proposal_anchors(spec: OpSpec) -> np.ndarray:
+    """(H * W * A, 4) float32: MXNet's base anchors (GenerateAnchors, float and double steps as in
+    its C++) shifted over the feature map, rows in MXNet's (h, w, anchor) order."""
+    f32 = np.float32
+    stride = attr_int(spec, "feature_stride", 16)
+    ratios = _floats(spec, "ratios", (0.5, 1.0, 2.0))
+    scales = _floats(spec, "scales", (4.0, 8.0, 16.0, 32.0))
+    _, _, h, w = spec.in_shapes[0]
+    base = [f32(0.0), f32(0.0), f32(stride - 1.0), f32(stride - 1.0)]
+    bw = f32(base[2] - base[0] + f32(1.0))
+    bh = f32(base[3] - base[1] + f32(1.0))
+    x_ctr = f32(np.float64(base[0]) + 0.5 * (np.float64(bw) - 1.0))
+    y_ctr = f32(np.float64(base[1]) + 0.5 * (np.float64(bh) - 1.0))
+    size = f32(bw * bh)
+    cell = []
+    for ratio in (f32(r) for r in ratios):
+        for scale in (f32(c) for c in scales):
+            size_ratios = f32(np.floor(f32(size / ratio)))
+            new_w = f32(f32(np.floor(f32(np.sqrt(size_ratios) + f32(0.5)))) * scale)
+            new_h = f32(f32(np.floor(f32(f32(new_w / scale) * ratio) + f32(0.5))) * scale)
+            hw, hh = f32(f32(0.5) * f32(new_w - f32(1.0))), f32(f32(0.5) * f32(new_h - f32(1.0)))
+            cell.append([f32(x_ctr - hw), f32(y_ctr - hh), f32(x_ctr + hw), f32(y_ctr + hh)])
+    a = np.asarray(cell, np.float32)  # (A, 4)
+    jj, kk = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    shift = np.stack([kk, jj, kk, jj], axis=-1).reshape(h, w, 1, 4) * stride
+    return (a.reshape(1, 1, -1, 4) + shift.astype(np.float32)).reshape(-1, 4).astype(np.float32)
+
+
+def _proposal_k(spec: OpSpec) -> Tuple[int, int, int]:
+    """(count, pre_nms_top_n, rpn_post_nms_top_n) as MXNet clamps them."""
+    _, c, h, w = spec.in_shapes[0]
+    count = c // 2 * h * w
+    pre = attr_int(spec, "rpn_pre_nms_top_n", 6000)
+    pre = min(pre if pre > 0 else count, count)
+    return count, pre, attr_int(spec, "rpn_post_nms_top_n", 300)
 
 
 def _check_proposal(spec: OpSpec) -> Optional[str]:
-    return _PROPOSAL_WHY.format(op=spec.op)
+    if any(d != "float32" for d in spec.in_dtypes):
+        return f"input dtypes {list(spec.in_dtypes)}: only float32 converts"
+    cls, bbox, info = spec.in_shapes
+    if len(cls) != 4 or cls[1] % 2:
+        return f"cls_prob must be (batch, 2 * anchors, height, width), got {cls}"
+    b, c, h, w = cls
+    n_anchors = len(_floats(spec, "ratios", (0.5, 1.0, 2.0))) * len(_floats(spec, "scales", (4.0, 8.0, 16.0, 32.0)))
+    if c // 2 != n_anchors:
+        return f"cls_prob has {c // 2} anchors per cell, ratios x scales give {n_anchors}"
+    if tuple(bbox) != (b, 2 * c, h, w) or tuple(info) != (b, 3):
+        return f"bbox_pred {bbox} and im_info {info} do not fit cls_prob {cls}"
+    if spec.op == "_contrib_Proposal" and b != 1:
+        return f"Proposal takes one image (MXNet refuses batch {b}); MultiProposal takes several"
+    count, pre, post = _proposal_k(spec)
+    if post < 1:
+        return f"rpn_post_nms_top_n={post} must be positive"
+    if b * pre * pre > MAX_PAIRS:
+        return (f"suppressing {pre} proposals in each of {b} images compares {b * pre * pre} pairs "
+                f"(limit {MAX_PAIRS}); set rpn_pre_nms_top_n lower to convert it")
+    return None
 
 
-def _never(ctx: ConvContext) -> None:  # pragma: no cover - the validator always refuses
-    raise AssertionError(f"{ctx.spec.op} has no ONNX form")
+def _proposal_boxes(ctx: ConvContext, deltas: Sequence[str], info: Sequence[str], count: int) -> List[str]:
+    """MXNet's BBoxTransformInv (or IoUTransformInv) and clipping: four (B, count) columns."""
+    spec = ctx.spec
+    anchors = ctx.const(proposal_anchors(spec).T.reshape(4, 1, count), "anchors")
+    x1, y1, x2, y2 = (_op(ctx, "Gather", anchors, int64s(ctx, [i], "i"), axis=0) for i in range(4))
+    x1, y1, x2, y2 = (_op(ctx, "Squeeze", v, int64s(ctx, [0], "axes")) for v in (x1, y1, x2, y2))  # (1, count)
+    dx, dy, dw, dh = deltas
+    one, half = _fconst(ctx, 1.0, "one"), _fconst(ctx, 0.5, "half")
+    if spec.bool_("iou_loss", False):
+        out = [_op(ctx, "Add", x1, dx), _op(ctx, "Add", y1, dy), _op(ctx, "Add", x2, dw), _op(ctx, "Add", y2, dh)]
+    else:
+        width = _op(ctx, "Add", _op(ctx, "Sub", x2, x1), one)
+        height = _op(ctx, "Add", _op(ctx, "Sub", y2, y1), one)
+        cx = _op(ctx, "Add", x1, _op(ctx, "Mul", half, _op(ctx, "Sub", width, one)))
+        cy = _op(ctx, "Add", y1, _op(ctx, "Mul", half, _op(ctx, "Sub", height, one)))
+        px, py = _op(ctx, "Add", _op(ctx, "Mul", dx, width), cx), _op(ctx, "Add", _op(ctx, "Mul", dy, height), cy)
+        pw = _op(ctx, "Mul", _op(ctx, "Exp", dw), width)
+        ph = _op(ctx, "Mul", _op(ctx, "Exp", dh), height)
+        hw, hh = _op(ctx, "Mul", half, _op(ctx, "Sub", pw, one)), _op(ctx, "Mul", half, _op(ctx, "Sub", ph, one))
+        out = [_op(ctx, "Sub", px, hw), _op(ctx, "Sub", py, hh), _op(ctx, "Add", px, hw), _op(ctx, "Add", py, hh)]
+    zero = _fconst(ctx, 0.0, "zero")
+    im_h, im_w = info[0], info[1]
+    xmax, ymax = _op(ctx, "Sub", im_w, one), _op(ctx, "Sub", im_h, one)
+    return [_op(ctx, "Max", _op(ctx, "Min", v, m), zero) for v, m in zip(out, (xmax, ymax, xmax, ymax))]
 
 
-register("_contrib_Proposal", "_contrib_MultiProposal", validator=_check_proposal)(_never)
+@register("_contrib_Proposal", "_contrib_MultiProposal", validator=_check_proposal)
+def _proposal(ctx: ConvContext) -> None:
+    """MXNet's Proposal / MultiProposal (CPU): ``(batch * rpn_post_nms_top_n, 5)`` rois
+    ``[image, x1, y1, x2, y2]`` and, with ``output_score``, their scores.
+
+    Anchors over the feature map are decoded and clipped to the image; anchors
+    past the image's real size (``im_info``) and proposals under ``rpn_min_size``
+    (scaled, after which they grow by it) get score -1; the ``rpn_pre_nms_top_n``
+    best (stable, ties by anchor order) go through greedy suppression (IoU with
+    +1 sides, ``> threshold``); the kept ones fill the output in order, repeated
+    cyclically when fewer than ``rpn_post_nms_top_n`` survive.
+    """
+    spec = ctx.spec
+    cls_prob, bbox_pred, im_info = ctx.inputs
+    b, c, h, w = spec.in_shapes[0]
+    a = c // 2
+    count, pre, post = _proposal_k(spec)
+    stride = float(attr_int(spec, "feature_stride", 16))
+    fg = _op(ctx, "Slice", cls_prob, int64s(ctx, [a], "s"), int64s(ctx, [c], "e"), int64s(ctx, [1], "ax"))
+    score = _op(ctx, "Reshape", _op(ctx, "Transpose", fg, perm=[0, 2, 3, 1]), int64s(ctx, [b, count], "shape"))
+    d = _op(ctx, "Reshape", bbox_pred, int64s(ctx, [b, a, 4, h, w], "shape"))
+    d = _op(ctx, "Reshape", _op(ctx, "Transpose", d, perm=[0, 3, 4, 1, 2]), int64s(ctx, [b, count, 4], "shape"))
+    deltas = [_column(ctx, d, i) for i in range(4)]
+    info = [_op(ctx, "Slice", im_info, int64s(ctx, [i], "s"), int64s(ctx, [i + 1], "e"), int64s(ctx, [1], "ax"))
+            for i in range(3)]  # (B, 1) each: height, width, scale
+    x1, y1, x2, y2 = _proposal_boxes(ctx, deltas, info, count)
+    minus1 = _fconst(ctx, -1.0, "minus1")
+    # Anchors whose cell lies past the image's real size: score -1.
+    cells = np.arange(count) // a
+    stride_c = _fconst(ctx, stride, "stride")
+    real_h, real_w = (trunc(ctx, _op(ctx, "Div", v, stride_c), "float32", 2) for v in info[:2])
+    past = _op(ctx, "Or", _op(ctx, "GreaterOrEqual", ctx.const((cells // w).astype(np.float32).reshape(1, -1), "row"), real_h),
+               _op(ctx, "GreaterOrEqual", ctx.const((cells % w).astype(np.float32).reshape(1, -1), "col"), real_w))
+    score = _op(ctx, "Where", past, minus1, score)
+    # FilterBox: too small after clipping -> grown by min_size, score -1.
+    one = _fconst(ctx, 1.0, "one")
+    min_size = _op(ctx, "Mul", _fconst(ctx, float(attr_int(spec, "rpn_min_size", 16)), "min_size"), info[2])
+    small = _op(ctx, "Or", _op(ctx, "Less", _op(ctx, "Add", _op(ctx, "Sub", x2, x1), one), min_size),
+                _op(ctx, "Less", _op(ctx, "Add", _op(ctx, "Sub", y2, y1), one), min_size))
+    grow = _op(ctx, "Div", min_size, _fconst(ctx, 2.0, "two"))
+    x1, y1 = (_op(ctx, "Where", small, _op(ctx, "Sub", v, grow), v) for v in (x1, y1))
+    x2, y2 = (_op(ctx, "Where", small, _op(ctx, "Add", v, grow), v) for v in (x2, y2))
+    score = _op(ctx, "Where", small, minus1, score)
+    rows = _op(ctx, "Concat", *[_unsq(ctx, v, 2) for v in (x1, y1, x2, y2, score)], axis=2)  # (B, count, 5)
+    every = _op(ctx, "Expand", ctx.const(np.ones((1, count), bool), "all"), int64s(ctx, [b, count], "bn"))
+    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, every, count, pre), count, pre)
+    perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, pre)
+    top = _gather_rows(ctx, rows, _gather(ctx, slots, perm), 5)  # (B, pre, 5), MXNet's sorted order
+    bx = [_column(ctx, top, i) for i in range(4)]
+    sides = []
+    for lo, hi in ((bx[0], bx[2]), (bx[1], bx[3])):
+        (loj, loi), (hij, hii) = _pairs(ctx, lo), _pairs(ctx, hi)
+        wd = _op(ctx, "Add", _op(ctx, "Sub", _op(ctx, "Min", hij, hii), _op(ctx, "Max", loj, loi)), one)
+        sides.append(_op(ctx, "Where", _op(ctx, "Less", _fconst(ctx, 0.0, "zero"), wd), wd, _fconst(ctx, 0.0, "zero")))
+    inter = _op(ctx, "Mul", sides[0], sides[1])
+    area = _op(ctx, "Mul", _op(ctx, "Add", _op(ctx, "Sub", bx[2], bx[0]), one), _op(ctx, "Add", _op(ctx, "Sub", bx[3], bx[1]), one))
+    aj, ai = _pairs(ctx, area)
+    iou = _op(ctx, "Div", inter, _op(ctx, "Sub", _op(ctx, "Add", aj, ai), inter))
+    overlap = _op(ctx, "Greater", iou, _fconst(ctx, attr_float(spec, "threshold", 0.7), "thresh"))
+    every_k = _op(ctx, "Expand", ctx.const(np.ones((1, pre), bool), "all_k"), int64s(ctx, [b, pre], "bk"))
+    keep = _greedy_keep(ctx, _suppressor(ctx, overlap, every_k, pre, None), every_k, pre)
+    kept, _ = _compact(ctx, keep, pre, pre)
+    nkept = _reduce(ctx, "ReduceSum", _op(ctx, "Cast", keep, to=_INT64), 1, True)  # (B, 1), at least 1
+    at = ctx.const(np.arange(post, dtype=np.int64).reshape(1, post), "at")
+    at = _op(ctx, "Sub", at, _op(ctx, "Mul", _op(ctx, "Div", at, nkept), nkept))  # i mod kept, cyclic
+    src = _op(ctx, "Squeeze", _take(ctx, kept, at, b, pre), int64s(ctx, [2], "axes"))  # (B, post)
+    out = _take(ctx, top, src, b, pre)  # (B, post, 5)
+    image = ctx.const(np.repeat(np.arange(b, dtype=np.float32), post).reshape(b, post, 1), "image")
+    boxes = _op(ctx, "Slice", out, int64s(ctx, [0], "s"), int64s(ctx, [4], "e"), int64s(ctx, [2], "ax"))
+    ctx.emit("Reshape", [_op(ctx, "Concat", image, boxes, axis=2), int64s(ctx, [b * post, 5], "shape")], ctx.outputs[:1])
+    if len(ctx.outputs) > 1:
+        sc = _op(ctx, "Slice", out, int64s(ctx, [4], "s"), int64s(ctx, [5], "e"), int64s(ctx, [2], "ax"))
+        ctx.emit("Reshape", [sc, int64s(ctx, [b * post, 1], "shape")], ctx.outputs[1:2])

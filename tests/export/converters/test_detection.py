@@ -215,6 +215,14 @@ def _gate_cases() -> Dict[str, Tuple[object, Dict[str, Tuple[int, ...]], str]]:
                                {"data": (1, 40, 5)}, "_contrib_box_nms"),
         "multibox_detection": (det, {"cls": (2, 4, 30), "loc": (2, 120), "anchors": (1, 30, 4)},
                                "_contrib_MultiBoxDetection"),
+        "proposal": (mx.sym.contrib.Proposal(mx.sym.Variable("cls") * 1, mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                             scales=(2, 4), ratios=(0.5, 1, 2), rpn_pre_nms_top_n=60,
+                                             rpn_post_nms_top_n=20, name="op"),
+                     {"cls": (1, 12, 6, 5), "bbox": (1, 24, 6, 5), "im_info": (1, 3)}, "_contrib_Proposal"),
+        "multi_proposal": (mx.sym.contrib.MultiProposal(mx.sym.Variable("cls") * 1, mx.sym.Variable("bbox"),
+                                                        mx.sym.Variable("im_info"), scales=(2,), ratios=(1,),
+                                                        rpn_pre_nms_top_n=-1, rpn_post_nms_top_n=40, name="op"),
+                           {"cls": (2, 2, 6, 5), "bbox": (2, 4, 6, 5), "im_info": (2, 3)}, "_contrib_MultiProposal"),
     }
 
 
@@ -241,3 +249,59 @@ def test_trt_rtx_gate(name, fp16, monkeypatch):
     assert op in in_engine, f"{op} stayed native: {[plan.reasons.get(i) for i in plan.reasons]}"
     assert not plan.partition.native
     assert gate(name, sym, shapes, params, backend, fp16)["subgraphs"] == 1
+
+
+# -- _contrib_Proposal / _contrib_MultiProposal -------------------------------------------------
+
+
+def _proposal_inputs(rng: np.random.RandomState, b: int, a: int, h: int, w: int, stride: int) -> Dict[str, np.ndarray]:
+    """Foreground probabilities from a few values (ties), small deltas on a 1/16 grid, images that
+    fill most of the feature map (some cells past the real size), scales that make the minimum size bite."""
+    cls = rng.choice([0.05, 0.3, 0.3, 0.6, 0.6, 0.9], (b, 2 * a, h, w)).astype(np.float32)
+    bbox = (np.round(rng.uniform(-0.4, 0.4, (b, 4 * a, h, w)) * 16) / 16).astype(np.float32)
+    info = np.stack([rng.randint(h * stride * 3 // 4, h * stride + 1, b), rng.randint(w * stride * 3 // 4, w * stride + 1, b),
+                     rng.choice([0.5, 1.0, 1.5], b)], axis=1).astype(np.float32)
+    return {"cls": cls, "bbox": bbox, "im_info": info}
+
+
+PROPOSAL_CASES = [
+    ("defaults_small", "Proposal", 1, dict(scales=(2, 4), ratios=(0.5, 1, 2), rpn_pre_nms_top_n=60, rpn_post_nms_top_n=20)),
+    ("output_score", "Proposal", 1, dict(scales=(2, 4), ratios=(1,), rpn_pre_nms_top_n=50, rpn_post_nms_top_n=30,
+                                         output_score=True, threshold=0.5)),
+    ("cyclic_padding", "Proposal", 1, dict(scales=(8,), ratios=(1,), rpn_pre_nms_top_n=40, rpn_post_nms_top_n=60,
+                                           threshold=0.3, output_score=True)),
+    ("iou_loss_min_size", "Proposal", 1, dict(scales=(1, 2), ratios=(1,), iou_loss=True, rpn_min_size=4,
+                                              rpn_pre_nms_top_n=-1, rpn_post_nms_top_n=16)),
+    ("multi_batch", "MultiProposal", 2, dict(scales=(2, 4), ratios=(0.5, 1), rpn_pre_nms_top_n=50, rpn_post_nms_top_n=20,
+                                             feature_stride=8, output_score=True)),
+    ("multi_all_candidates", "MultiProposal", 2, dict(scales=(4,), ratios=(1,), rpn_pre_nms_top_n=-1,
+                                                      rpn_post_nms_top_n=12, threshold=0.4)),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name,op,b,kw", PROPOSAL_CASES, ids=[c[0] for c in PROPOSAL_CASES])
+def test_proposal_matches_mxnet(name, op, b, kw, seed, monkeypatch):
+    a = len(kw["scales"]) * len(kw["ratios"])
+    stride = kw.get("feature_stride", 16)
+    inputs = _proposal_inputs(np.random.RandomState(seed), b, a, 6, 5, stride)
+    make = getattr(mx.sym.contrib, op)
+    sym = make(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"), name="prop", **kw)
+    if kw.get("output_score"):
+        sym = mx.sym.Group([sym[0], sym[1] * 1])
+    shapes = {k: v.shape for k, v in inputs.items()}
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "onnxruntime")
+    monkeypatch.setenv("MXNET_TENSORRT_STRICT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
+    _, ref = _bind(sym, shapes, inputs, False, monkeypatch)
+    exe, got = _bind(sym, shapes, inputs, True, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    assert len(info.engines) == 1 and not info.plan.partition.native
+    rois_r, rois_g = ref[0], got[0]
+    assert rois_g.shape == rois_r.shape
+    np.testing.assert_array_equal(rois_g[:, 0], rois_r[:, 0])
+    scale = max(1.0, float(np.abs(rois_r).max()))
+    np.testing.assert_allclose(rois_g[:, 1:], rois_r[:, 1:], rtol=0, atol=COORD_RTOL * scale * 4)
+    if kw.get("output_score"):
+        np.testing.assert_array_equal(got[1], ref[1])
+        assert (ref[1] == -1).any() or name != "iou_loss_min_size"

@@ -8,11 +8,12 @@ keeps the input's shape. ONNX ``NonMaxSuppression`` returns indices in another t
 order, so it is not used. The ONNX form here is built from four exact steps, each
 with a fixed shape:
 
-1. **Top-k set** (``_top_k_set``): the ``k`` best valid candidates per batch row,
-   ties at the cut-off broken by the lower index, as a mask over all ``N`` rows
-   (one ``TopK`` for the k-th score, then the tied rows ranked by index).
-2. **Compaction** (``_compact``): the masked rows' indices in ascending order, by a
-   ``TopK`` over the integer key ``N - index`` (unique, so the order is exact).
+1. **Top-k selection** (``_select``): the ``k`` best valid candidates per batch row,
+   ties at the cut-off broken by the lower index (one ``TopK`` for the k-th score,
+   one over a unique integer key that ranks the rows above it, then the tied rows
+   by index).
+2. **Compaction** (``_compact``): the indices of a mask's rows in ascending order, by
+   a ``TopK`` over the integer key ``N - index`` (unique, so the order is exact).
 3. **Stable sort of the k slots** (``_stable_order``): each slot's rank counts the
    slots before it in MXNet's order (higher score, or equal score and lower index),
    a k x k comparison; a ``TopK`` over the unique ranks gives the permutation.
@@ -83,7 +84,7 @@ def _topk(ctx: ConvContext, x: str, k: int, largest: bool) -> Tuple[str, str]:
 
 def _column(ctx: ConvContext, x: str, c: int) -> str:
     """``x[..., c]`` of a (B, n, W) tensor: (B, n)."""
-    picked = _op(ctx, "Gather", x, int64s(ctx, [c], "col"), axis=2)
+    picked = _op(ctx, "Slice", x, int64s(ctx, [c], "s"), int64s(ctx, [c + 1], "e"), int64s(ctx, [2], "ax"))
     return _op(ctx, "Squeeze", picked, int64s(ctx, [2], "axes"))
 
 
@@ -119,20 +120,30 @@ def _pairs(ctx: ConvContext, x: str) -> Tuple[str, str]:
 # -- the four exact steps ------------------------------------------------------------------
 
 
-def _top_k_set(ctx: ConvContext, score: str, valid: str, n: int, k: int) -> str:
-    """Mask (B, n) of the k best valid rows: higher score first, equal scores by lower index."""
+def _select(ctx: ConvContext, score: str, valid: str, n: int, k: int) -> Tuple[str, str]:
+    """The k best valid rows of each batch row: (int64 (B, k) indices, (B, k) bool real).
+
+    Higher scores first and, at the k-th score, the lower indices, as a stable sort
+    keeps them. One ``TopK`` finds the k-th score; a second one over the unique integer
+    key ``3n - index`` (rows above the k-th score), ``n - index`` (rows tied with it),
+    0 (the rest) returns the rows above it, then the tied rows by index, then padding.
+    Rows of equal score are therefore always in index order, as :func:`_stable_order`
+    expects.
+    """
+    iota = _iota(ctx, n)
+    rest = _op(ctx, "Sub", _i32(ctx, n, "n"), iota)  # n - index, in [1, n]
     if k >= n:
-        return valid
-    lowest = _fconst(ctx, float("-inf"), "ninf")
-    sv = _op(ctx, "Where", valid, score, lowest)
-    vals, _ = _topk(ctx, sv, k, True)
-    kth = _op(ctx, "Slice", vals, int64s(ctx, [k - 1], "s"), int64s(ctx, [k], "e"), int64s(ctx, [1], "ax"))  # (B, 1)
-    above = _op(ctx, "Greater", sv, kth)
-    tied = _op(ctx, "And", _op(ctx, "Equal", sv, kth), valid)
-    need = _op(ctx, "Sub", _i32(ctx, [[k]], "k"), _reduce(ctx, "ReduceSum", _op(ctx, "Cast", above, to=_INT32), 1, True))
-    # rank of each tied row among the tied rows, by index: 1, 2, ...
-    order = _op(ctx, "CumSum", _op(ctx, "Cast", tied, to=_INT32), ctx.const(np.asarray(1, np.int32), "axis"))
-    return _op(ctx, "Or", above, _op(ctx, "And", tied, _op(ctx, "LessOrEqual", order, need)))
+        key = _op(ctx, "Where", valid, rest, _i32(ctx, 0, "zero"))
+    else:
+        sv = _op(ctx, "Where", valid, score, _fconst(ctx, float("-inf"), "ninf"))
+        vals, _ = _topk(ctx, sv, k, True)
+        kth = _op(ctx, "Slice", vals, int64s(ctx, [k - 1], "s"), int64s(ctx, [k], "e"), int64s(ctx, [1], "ax"))  # (B, 1)
+        above = _op(ctx, "Greater", sv, kth)
+        tied = _op(ctx, "And", _op(ctx, "Equal", sv, kth), valid)
+        key = _op(ctx, "Where", above, _op(ctx, "Add", rest, _i32(ctx, 2 * n, "2n")),
+                  _op(ctx, "Where", tied, rest, _i32(ctx, 0, "zero")))
+    vals, idx = _topk(ctx, key, k, True)
+    return idx, _op(ctx, "Greater", vals, _i32(ctx, 0, "zero"))
 
 
 def _compact(ctx: ConvContext, mask: str, n: int, k: int) -> Tuple[str, str]:
@@ -143,13 +154,14 @@ def _compact(ctx: ConvContext, mask: str, n: int, k: int) -> Tuple[str, str]:
 
 
 def _stable_order(ctx: ConvContext, score: str, valid: str, k: int) -> str:
-    """int64 (B, k) permutation of slots (given in ascending index order) into MXNet's sort order:
-    valid slots by descending score, ties by the lower slot, then the invalid ones."""
-    sj, si = _pairs(ctx, score)
-    lower = ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "lower")  # [j, i]: j < i
+    """int64 (B, k) permutation of slots into MXNet's sort order: valid slots by descending
+    score, equal scores by the lower slot (slots of equal score must be in index order), then
+    the invalid ones."""
+    si, sj = _pairs(ctx, score)  # [i, j]: reduced over j, the contiguous axis
+    lower = ctx.const(np.tril(np.ones((k, k), bool), -1).reshape(1, k, k), "lower")  # [i, j]: j < i
     before = _op(ctx, "Or", _op(ctx, "Greater", sj, si), _op(ctx, "And", _op(ctx, "Equal", sj, si), lower))
-    before = _op(ctx, "And", before, _unsq(ctx, valid, 2))
-    rank = _reduce(ctx, "ReduceSum", _op(ctx, "Cast", before, to=_INT32), 1, False)  # (B, k)
+    before = _op(ctx, "And", before, _unsq(ctx, valid, 1))
+    rank = _reduce(ctx, "ReduceSum", _op(ctx, "Cast", before, to=_INT32), 2, False)  # (B, k)
     rank = _op(ctx, "Where", valid, rank, _op(ctx, "Add", _iota(ctx, k), _i32(ctx, k, "k")))
     _, perm = _topk(ctx, rank, k, False)
     return perm
@@ -158,37 +170,40 @@ def _stable_order(ctx: ConvContext, score: str, valid: str, k: int) -> str:
 def _greedy_keep(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
     """(B, k) bool: greedy suppression in slot order, as the fixed point of
     ``keep = valid & ~any_j(keep[j] & suppress[j, :])`` (``suppress`` (B, k, k) bool, zero on and
-    below the diagonal). Every slot's value is final after as many iterations as its position."""
+    below the diagonal). Every slot's value is final after as many iterations as its position.
+
+    Each iteration is one (1 x k) by (k x k) ``MatMul`` of 0/1 values: a count is 0 exactly when
+    no kept box suppresses the slot, whatever the float type (a sum of positive terms never rounds
+    to 0), so the matrix may be float32 or, in an fp16 engine, float16; the body follows its type
+    with ``CastLike``.
+    """
     from onnx import TensorProto, helper, numpy_helper
 
-    names = {n: ctx.tmp(f"loop_{n}") for n in ("it", "cond_in", "keep_in", "ax", "ax1", "ku", "hit", "hiti", "sup",
-                                                 "zero", "free", "keep_out", "chg", "chgi", "chgm", "cond_out")}
+    matrix = _op(ctx, "Cast", suppress, to=1)  # FLOAT: float16 in an fp16 engine
+    names = {n: ctx.tmp(f"loop_{n}") for n in ("it", "cond_in", "keep_in", "ax", "ku", "kf", "cnt", "cs", "half", "halfc",
+                                                 "free", "keep_out", "chg", "chgi", "chgm", "zero", "cond_out")}
     t = names.__getitem__
 
     def const(name: str, value: np.ndarray) -> Any:
         return helper.make_node("Constant", [], [t(name)], value=numpy_helper.from_array(value))
 
-    def reduce_max(x: str, out: str, axes: Optional[List[int]]) -> Any:
-        if ctx.opset >= 18:  # axes as an input from opset 18
-            return helper.make_node("ReduceMax", [t(x)] + ([t("ax1")] if axes else []), [t(out)], keepdims=0)
-        attrs: Dict[str, Any] = {"keepdims": 0}
-        if axes:
-            attrs["axes"] = axes
-        return helper.make_node("ReduceMax", [t(x)], [t(out)], **attrs)
+    def reduce_max(x: str, out: str) -> Any:
+        return helper.make_node("ReduceMax", [t(x)], [t(out)], keepdims=0)
 
     body = helper.make_graph([
-        const("ax", np.asarray([2], np.int64)),
+        const("ax", np.asarray([1], np.int64)),
+        const("half", np.asarray(0.5, np.float32)),
         const("zero", np.asarray(0, np.int32)),
-    ] + ([const("ax1", np.asarray([1], np.int64))] if ctx.opset >= 18 else []) + [
-        helper.make_node("Unsqueeze", [t("keep_in"), t("ax")], [t("ku")]),
-        helper.make_node("And", [suppress, t("ku")], [t("hit")]),
-        helper.make_node("Cast", [t("hit")], [t("hiti")], to=_INT32),
-        reduce_max("hiti", "sup", [1]),
-        helper.make_node("Equal", [t("sup"), t("zero")], [t("free")]),
+        helper.make_node("Unsqueeze", [t("keep_in"), t("ax")], [t("ku")]),  # (B, 1, k)
+        helper.make_node("CastLike", [t("ku"), matrix], [t("kf")]),
+        helper.make_node("MatMul", [t("kf"), matrix], [t("cnt")]),  # (B, 1, k): kept boxes suppressing each slot
+        helper.make_node("Squeeze", [t("cnt"), t("ax")], [t("cs")]),
+        helper.make_node("CastLike", [t("half"), matrix], [t("halfc")]),
+        helper.make_node("Less", [t("cs"), t("halfc")], [t("free")]),
         helper.make_node("And", [valid, t("free")], [t("keep_out")]),
         helper.make_node("Xor", [t("keep_out"), t("keep_in")], [t("chg")]),
         helper.make_node("Cast", [t("chg")], [t("chgi")], to=_INT32),
-        reduce_max("chgi", "chgm", None),
+        reduce_max("chgi", "chgm"),
         helper.make_node("Greater", [t("chgm"), t("zero")], [t("cond_out")]),
     ], ctx.tmp("nms_body"),
         [helper.make_tensor_value_info(t("it"), TensorProto.INT64, []),
@@ -341,7 +356,7 @@ def _box_nms(ctx: ConvContext) -> None:
     if ii >= 0:
         bg = _fconst(ctx, float(attr_int(spec, "background_id", -1)), "background")
         valid = _op(ctx, "And", valid, _op(ctx, "Not", _op(ctx, "Equal", _column(ctx, x, ii), bg)))
-    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, valid, n, k), n, k)
+    slots, slot_valid = _select(ctx, score, valid, n, k)
     perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, k)
     order = _gather(ctx, slots, perm)
     cand = _gather_rows(ctx, x, order, w)  # (B, k, W) in MXNet's sorted order
@@ -360,7 +375,8 @@ def _box_nms(ctx: ConvContext) -> None:
         cols[cs:cs + 4] = _convert_format(ctx, cols[cs:cs + 4], not center)
         rows = _op(ctx, "Concat", *[_unsq(ctx, c, 2) for c in cols], axis=2)
     if k < n:
-        rows = _op(ctx, "Concat", rows, ctx.const(np.full((b, n - k, w), -1, np.dtype(spec.in_dtypes[0])), "pad"), axis=1)
+        fill = _op(ctx, "Constant", value=np.asarray(-1, np.dtype(spec.in_dtypes[0])))  # Pad wants a 0-d value
+        rows = _op(ctx, "Pad", rows, int64s(ctx, [0, 0, 0, 0, n - k, 0], "pads"), fill)
     ctx.emit("Reshape", [rows, int64s(ctx, list(shape), "shape")], ctx.outputs)
 
 
@@ -460,7 +476,7 @@ def _multibox_detection(ctx: ConvContext) -> None:
         ctx.emit("Identity", [packed], ctx.outputs)
         return
     k = _multibox_k(spec)
-    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, valid, n, k), n, k)
+    slots, slot_valid = _select(ctx, score, valid, n, k)
     perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, k)
     top = _gather_rows(ctx, rows, _gather(ctx, slots, perm), 6)
     top_valid = _gather(ctx, slot_valid, perm)
@@ -616,7 +632,7 @@ def _proposal(ctx: ConvContext) -> None:
     score = _op(ctx, "Where", small, minus1, score)
     rows = _op(ctx, "Concat", *[_unsq(ctx, v, 2) for v in (x1, y1, x2, y2, score)], axis=2)  # (B, count, 5)
     every = _op(ctx, "Expand", ctx.const(np.ones((1, count), bool), "all"), int64s(ctx, [b, count], "bn"))
-    slots, slot_valid = _compact(ctx, _top_k_set(ctx, score, every, count, pre), count, pre)
+    slots, slot_valid = _select(ctx, score, every, count, pre)
     perm = _stable_order(ctx, _gather(ctx, score, slots), slot_valid, pre)
     top = _gather_rows(ctx, rows, _gather(ctx, slots, perm), 5)  # (B, pre, 5), MXNet's sorted order
     bx = [_column(ctx, top, i) for i in range(4)]

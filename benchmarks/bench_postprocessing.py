@@ -7,7 +7,9 @@ symbol and weights:
 * ``native``: MXNet alone;
 * ``post native``: the pass with ``box_nms`` excluded (``MXNET_TENSORRT_EXCLUDE_OPS``),
   so the network runs in an engine and suppression, with the slices after it, in MXNet;
-* ``post in engine``: the pass with everything in one engine.
+* ``post in engine``: the pass with everything in one engine;
+* ``network only``: the pass on the graph cut before ``box_nms`` (its input as the
+  output), so that each variant's post-processing cost is its time minus this one.
 
 They are timed in rounds that rotate their order (each round starts with an
 untimed forward of each), so that load on the shared machine falls on all of
@@ -120,12 +122,18 @@ def main() -> None:
 
     import mx_trt
 
+    from tests.models.thirdparty import Model
+
     model = gluoncv_model(args.model, "detection", (args.size, args.size))
+    internals = model.sym.get_internals()
+    candidates = internals[[o for o in internals.list_outputs() if "box_nms" in o][-1]].get_children()
+    network = Model("network", candidates, model.args, model.aux, model.shapes, model.dtypes, model.inputs, "detection")
     common = {"MXNET_TENSORRT_BACKEND": "onnxruntime", "MXNET_TENSORRT_STRICT": "1"}
     exes = {
         "native": _bind(model, {"MXNET_USE_TENSORRT": "0"}),
         "post native": _bind(model, {**common, "MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_EXCLUDE_OPS": "_contrib_box_nms"}),
         "post in engine": _bind(model, {**common, "MXNET_USE_TENSORRT": "1"}),
+        "network only": _bind(network, {**common, "MXNET_USE_TENSORRT": "1"}),
     }
     partition = {}
     for name, exe in exes.items():
@@ -142,6 +150,8 @@ def main() -> None:
     result = {"model": args.model, "input": f"1x3x{args.size}x{args.size}", "rounds": args.rounds, "median_ms": med,
               "partition": partition, "loadavg_before": load0, "loadavg_after": load1,
               "post native / post in engine": med["post native"] / med["post in engine"],
+              "post-processing ms, native": med["post native"] - med["network only"],
+              "post-processing ms, in engine": med["post in engine"] - med["network only"],
               "box_nms native / onnxruntime": med["box_nms native"] / med["box_nms onnxruntime"]}
     print(json.dumps(result, indent=2))
 

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.export.converters.common import attr_float, attr_int, attr_str, check_outputs, int64s, trunc
+from mx_trt.export.converters.indexing import TRT_MAX_TOPK
 from mx_trt.export.converters.registry import ConvContext, register
 from mx_trt.export.spec import OpSpec
 
@@ -45,6 +46,14 @@ logger = logging.getLogger(__name__)
 MAX_PAIRS = 1 << 26
 #: Integer keys must stay exact in int32.
 MAX_ROWS = (1 << 31) - 1
+def _check_topk(spec: OpSpec, k: int, what: str) -> Optional[str]:
+    """TensorRT and TensorRT-RTX build no TopK past :data:`TRT_MAX_TOPK`; the ONNX form sorts ``k`` rows."""
+    if spec.for_tensorrt and k > TRT_MAX_TOPK:
+        return (f"{what} sorts {k} rows, past TensorRT's TopK limit of {TRT_MAX_TOPK} "
+                f"(ONNX Runtime takes it)")
+    return None
+
+
 #: ONNX element types.
 _INT32, _INT64, _BOOL = 6, 7, 9
 
@@ -313,7 +322,7 @@ def _check_box_nms(spec: OpSpec) -> Optional[str]:
     if b * k * k > MAX_PAIRS:
         return (f"suppressing {k} candidates in each of {b} batch rows compares {b * k * k} pairs "
                 f"(limit {MAX_PAIRS}); set topk lower to convert it")
-    return None
+    return _check_topk(spec, k, f"topk={attr_int(spec, 'topk', -1)} over {n} boxes")
 
 
 def _convert_format(ctx: ConvContext, coords: List[str], to_center: bool) -> List[str]:
@@ -400,7 +409,7 @@ def _check_multibox_detection(spec: OpSpec) -> Optional[str]:
     if b * k * k > MAX_PAIRS:
         return (f"suppressing {k} detections in each of {b} images compares {b * k * k} pairs "
                 f"(limit {MAX_PAIRS}); set nms_topk lower to convert it")
-    return None
+    return _check_topk(spec, n, f"packing the detections of {n} anchors")
 
 
 def _variances(spec: OpSpec) -> Tuple[float, ...]:
@@ -558,7 +567,7 @@ def _check_proposal(spec: OpSpec) -> Optional[str]:
     if b * pre * pre > MAX_PAIRS:
         return (f"suppressing {pre} proposals in each of {b} images compares {b * pre * pre} pairs "
                 f"(limit {MAX_PAIRS}); set rpn_pre_nms_top_n lower to convert it")
-    return None
+    return _check_topk(spec, pre, f"rpn_pre_nms_top_n={pre}")
 
 
 def _proposal_boxes(ctx: ConvContext, deltas: Sequence[str], info: Sequence[str], count: int) -> List[str]:

@@ -147,15 +147,46 @@ def test_gluoncv_ssd_tail(monkeypatch):
         np.testing.assert_allclose(g, r, rtol=0, atol=1e-5)
 
 
-def _reason(sym, shapes, dtypes=None):
+def _reason(sym, shapes, dtypes=None, backend=""):
     g = symbol_to_graph(sym, shapes, dtypes)
-    return check(op_spec(g, g.op_nodes()[-1], {}))
+    return check(op_spec(g, g.op_nodes()[-1], {}, backend))
 
 
 def test_box_nms_refusals_say_why():
-    assert "limit" in _reason(mx.sym.contrib.box_nms(D, topk=-1), {"data": (1, 9000, 6)})
+    assert "(limit 67108864)" in _reason(mx.sym.contrib.box_nms(D, topk=-1), {"data": (1, 9000, 6)})
     assert _reason(mx.sym.contrib.box_nms(D, topk=4000), {"data": (1, 9000, 6)}) is None
     assert "float32" in _reason(mx.sym.contrib.box_nms(D), {"data": (1, 10, 6)}, {"data": "float16"})
+
+
+@pytest.mark.parametrize("backend", ["tensorrt", "tensorrt_rtx"])
+def test_tensorrt_topk_limit_refuses_with_the_reason(backend):
+    """TensorRT builds no TopK past k = 3840: the node stays native there, not on ONNX Runtime."""
+    nms = mx.sym.contrib.box_nms(D, topk=4000)
+    assert "TopK limit of 3840" in _reason(nms, {"data": (1, 9000, 6)}, backend=backend)
+    assert _reason(nms, {"data": (1, 9000, 6)}, backend="onnxruntime") is None
+    assert _reason(mx.sym.contrib.box_nms(D, topk=3840), {"data": (1, 9000, 6)}, backend=backend) is None
+    det = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
+                                           nms_topk=400)
+    shapes = {"cls": (1, 21, 8732), "loc": (1, 4 * 8732), "anchors": (1, 8732, 4)}
+    assert "TopK limit" in _reason(det, shapes, backend=backend)
+    assert _reason(det, shapes, backend="onnxruntime") is None
+    prop = mx.sym.contrib.Proposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                   rpn_pre_nms_top_n=6000)
+    shapes = {"cls": (1, 24, 38, 50), "bbox": (1, 48, 38, 50), "im_info": (1, 3)}
+    assert "rpn_pre_nms_top_n=6000" in _reason(prop, shapes, backend=backend)
+    assert _reason(prop, shapes, backend="onnxruntime") is None
+
+
+def test_multibox_and_proposal_refusals_say_why():
+    det = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"))
+    assert "nms_topk" in _reason(det, {"cls": (1, 21, 8732), "loc": (1, 4 * 8732), "anchors": (1, 8732, 4)})
+    assert "background" in _reason(det, {"cls": (1, 1, 10), "loc": (1, 40), "anchors": (1, 10, 4)})
+    prop = mx.sym.contrib.Proposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                   rpn_pre_nms_top_n=-1, scales=(8,), ratios=(1,))
+    assert "rpn_pre_nms_top_n" in _reason(prop, {"cls": (1, 2, 100, 100), "bbox": (1, 4, 100, 100), "im_info": (1, 3)})
+    batch = mx.sym.contrib.Proposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                    scales=(8,), ratios=(1,))
+    assert "MultiProposal" in _reason(batch, {"cls": (2, 2, 4, 4), "bbox": (2, 4, 4, 4), "im_info": (2, 3)})
 
 
 # -- _contrib_MultiBoxDetection -------------------------------------------------------------

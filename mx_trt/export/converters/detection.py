@@ -44,16 +44,10 @@ logger = logging.getLogger(__name__)
 
 #: Largest ``batch * k * k`` (pairwise comparisons of k candidates) a converted node may build.
 MAX_PAIRS = 1 << 26
+#: The largest k of one ONNX ``TopK`` (TensorRT's limit); larger k are taken in chunks.
+TOPK_CHUNK = TRT_MAX_TOPK
 #: Integer keys must stay exact in int32.
 MAX_ROWS = (1 << 31) - 1
-def _check_topk(spec: OpSpec, k: int, what: str) -> Optional[str]:
-    """TensorRT and TensorRT-RTX build no TopK past :data:`TRT_MAX_TOPK`; the ONNX form sorts ``k`` rows."""
-    if spec.for_tensorrt and k > TRT_MAX_TOPK:
-        return (f"{what} sorts {k} rows, past TensorRT's TopK limit of {TRT_MAX_TOPK} "
-                f"(ONNX Runtime takes it)")
-    return None
-
-
 #: ONNX element types.
 _INT32, _INT64, _BOOL = 6, 7, 9
 
@@ -84,11 +78,31 @@ def _reduce(ctx: ConvContext, op: str, x: str, axis: int, keepdims: bool) -> str
     return _op(ctx, op, x, axes=[axis], keepdims=int(keepdims))
 
 
-def _topk(ctx: ConvContext, x: str, k: int, largest: bool) -> Tuple[str, str]:
-    """(values, int64 indices) of ``TopK`` along the last axis, sorted."""
-    v, i = ctx.emit("TopK", [x, int64s(ctx, [k], "k")], [ctx.tmp("topk_v"), ctx.tmp("topk_i")],
-                    axis=-1, largest=int(largest), sorted=1)
-    return v, i
+def _topk(ctx: ConvContext, x: str, k: int, largest: bool, dtype: str = "int32") -> Tuple[str, str]:
+    """(values, int64 indices) of ``TopK`` along the last axis of a (B, n) tensor, sorted.
+
+    Past :data:`TOPK_CHUNK` (TensorRT's limit) the k rows come in chunks: each chunk's
+    rows are then overwritten (``ScatterElements``) with a value that loses every comparison,
+    and the next chunk is taken from what is left. The values are exactly the k best of the
+    multiset; the indices are exact when the values are unique (integer keys).
+    """
+    chunks, left, current = [], k, x
+    while left > 0:
+        kc = min(left, TOPK_CHUNK)
+        v, i = ctx.emit("TopK", [current, int64s(ctx, [kc], "k")], [ctx.tmp("topk_v"), ctx.tmp("topk_i")],
+                        axis=-1, largest=int(largest), sorted=1)
+        chunks.append((v, i))
+        left -= kc
+        if left > 0:
+            if dtype == "float32":
+                fill = -np.inf if largest else np.inf
+            else:
+                fill = np.iinfo(np.int32).min if largest else np.iinfo(np.int32).max
+            loser = ctx.const(np.full((1, 1), fill, dtype=np.dtype(dtype)), "loser")
+            current = _op(ctx, "ScatterElements", current, i, _op(ctx, "Expand", loser, _op(ctx, "Shape", i)), axis=1)
+    if len(chunks) == 1:
+        return chunks[0]
+    return (_op(ctx, "Concat", *[v for v, _ in chunks], axis=1), _op(ctx, "Concat", *[i for _, i in chunks], axis=1))
 
 
 def _column(ctx: ConvContext, x: str, c: int) -> str:
@@ -145,7 +159,7 @@ def _select(ctx: ConvContext, score: str, valid: str, n: int, k: int) -> Tuple[s
         key = _op(ctx, "Where", valid, rest, _i32(ctx, 0, "zero"))
     else:
         sv = _op(ctx, "Where", valid, score, _fconst(ctx, float("-inf"), "ninf"))
-        vals, _ = _topk(ctx, sv, k, True)
+        vals, _ = _topk(ctx, sv, k, True, "float32")
         kth = _op(ctx, "Slice", vals, int64s(ctx, [k - 1], "s"), int64s(ctx, [k], "e"), int64s(ctx, [1], "ax"))  # (B, 1)
         above = _op(ctx, "Greater", sv, kth)
         tied = _op(ctx, "And", _op(ctx, "Equal", sv, kth), valid)
@@ -317,12 +331,12 @@ def _check_box_nms(spec: OpSpec) -> Optional[str]:
     for key in ("in_format", "out_format"):
         if attr_str(spec, key, "corner") not in ("corner", "center"):
             return f"{key}={attr_str(spec, key, 'corner')!r} is not 'corner' or 'center'"
-    if n >= MAX_ROWS:
-        return f"{n} boxes per batch row exceed the int32 keys of the ONNX form"
+    if 3 * n >= MAX_ROWS:
+        return f"{n} boxes per batch row exceed the int32 keys (up to 3n) of the ONNX form"
     if b * k * k > MAX_PAIRS:
         return (f"suppressing {k} candidates in each of {b} batch rows compares {b * k * k} pairs "
                 f"(limit {MAX_PAIRS}); set topk lower to convert it")
-    return _check_topk(spec, k, f"topk={attr_int(spec, 'topk', -1)} over {n} boxes")
+    return None
 
 
 def _convert_format(ctx: ConvContext, coords: List[str], to_center: bool) -> List[str]:
@@ -409,7 +423,7 @@ def _check_multibox_detection(spec: OpSpec) -> Optional[str]:
     if b * k * k > MAX_PAIRS:
         return (f"suppressing {k} detections in each of {b} images compares {b * k * k} pairs "
                 f"(limit {MAX_PAIRS}); set nms_topk lower to convert it")
-    return _check_topk(spec, n, f"packing the detections of {n} anchors")
+    return None
 
 
 def _variances(spec: OpSpec) -> Tuple[float, ...]:
@@ -567,7 +581,7 @@ def _check_proposal(spec: OpSpec) -> Optional[str]:
     if b * pre * pre > MAX_PAIRS:
         return (f"suppressing {pre} proposals in each of {b} images compares {b * pre * pre} pairs "
                 f"(limit {MAX_PAIRS}); set rpn_pre_nms_top_n lower to convert it")
-    return _check_topk(spec, pre, f"rpn_pre_nms_top_n={pre}")
+    return None
 
 
 def _proposal_boxes(ctx: ConvContext, deltas: Sequence[str], info: Sequence[str], count: int) -> List[str]:

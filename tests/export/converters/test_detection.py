@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.export.converters import check
+from mx_trt.export.converters import check, detection
 from mx_trt.export.subgraph import op_spec
 from mx_trt.graph.importer import symbol_to_graph
 
@@ -158,23 +158,38 @@ def test_box_nms_refusals_say_why():
     assert "float32" in _reason(mx.sym.contrib.box_nms(D), {"data": (1, 10, 6)}, {"data": "float16"})
 
 
-@pytest.mark.parametrize("backend", ["tensorrt", "tensorrt_rtx"])
-def test_tensorrt_topk_limit_refuses_with_the_reason(backend):
-    """TensorRT builds no TopK past k = 3840: the node stays native there, not on ONNX Runtime."""
-    nms = mx.sym.contrib.box_nms(D, topk=4000)
-    assert "TopK limit of 3840" in _reason(nms, {"data": (1, 9000, 6)}, backend=backend)
-    assert _reason(nms, {"data": (1, 9000, 6)}, backend="onnxruntime") is None
-    assert _reason(mx.sym.contrib.box_nms(D, topk=3840), {"data": (1, 9000, 6)}, backend=backend) is None
-    det = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
-                                           nms_topk=400)
-    shapes = {"cls": (1, 21, 8732), "loc": (1, 4 * 8732), "anchors": (1, 8732, 4)}
-    assert "TopK limit" in _reason(det, shapes, backend=backend)
-    assert _reason(det, shapes, backend="onnxruntime") is None
-    prop = mx.sym.contrib.Proposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
-                                   rpn_pre_nms_top_n=6000)
-    shapes = {"cls": (1, 24, 38, 50), "bbox": (1, 48, 38, 50), "im_info": (1, 3)}
-    assert "rpn_pre_nms_top_n=6000" in _reason(prop, shapes, backend=backend)
-    assert _reason(prop, shapes, backend="onnxruntime") is None
+@pytest.mark.parametrize("name", ["topk_cuts_ties", "gluoncv_ssd", "rpn_layout", "batch_dims", "nothing_valid"])
+def test_box_nms_with_topk_in_chunks(name, monkeypatch):
+    """Past TensorRT's TopK limit (k > 3840) the form takes TopK in chunks: here with chunks of 7 rows."""
+    monkeypatch.setattr(detection, "TOPK_CHUNK", 7)
+    _, shape, kw, center = next(c for c in NMS_CASES if c[0] == name)
+    cs, si, ii = _layout(kw)
+    data = _rows(np.random.RandomState(3), shape, cs, si, ii, center)
+    if name == "nothing_valid":
+        data[..., si] = np.minimum(data[..., si], 0.9)
+    _compare(mx.sym.contrib.box_nms(D, name="nms", **kw), {"data": shape}, {"data": data}, monkeypatch,
+             list(range(cs, cs + 4)))
+
+
+def test_multibox_detection_and_proposal_with_topk_in_chunks(monkeypatch):
+    monkeypatch.setattr(detection, "TOPK_CHUNK", 7)
+    inputs = _multibox_inputs(np.random.RandomState(4), 2, 4, 40)
+    sym = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
+                                           nms_topk=25, name="det")
+    _compare(sym, {k: v.shape for k, v in inputs.items()}, inputs, monkeypatch, [2, 3, 4, 5])
+    inputs = _proposal_inputs(np.random.RandomState(4), 2, 2, 6, 5, 16)
+    sym = mx.sym.contrib.MultiProposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                       scales=(2, 4), ratios=(1,), rpn_pre_nms_top_n=45, rpn_post_nms_top_n=30, name="prop")
+    _compare(sym, {k: v.shape for k, v in inputs.items()}, inputs, monkeypatch, [1, 2, 3, 4])
+
+
+def test_box_nms_past_tensorrt_topk_limit(monkeypatch):
+    """Faster R-CNN's RPN at 480x640: topk=6000 of 18,000 boxes, TopK in two chunks."""
+    data = _rows(np.random.RandomState(6), (1, 18000, 5), 1, 0, -1)
+    sym = mx.sym.contrib.box_nms(D, overlap_thresh=0.7, topk=6000, coord_start=1, score_index=0, id_index=-1,
+                                 force_suppress=True, name="nms")
+    ref, _ = _compare(sym, {"data": data.shape}, {"data": data}, monkeypatch, [1, 2, 3, 4])
+    assert 0 < (ref[..., 0] != -1).sum() < 6000
 
 
 def test_multibox_and_proposal_refusals_say_why():
@@ -244,6 +259,9 @@ def _gate_cases() -> Dict[str, Tuple[object, Dict[str, Tuple[int, ...]], str]]:
         "box_nms_center_rpn": (mx.sym.contrib.box_nms(D * 1, coord_start=1, score_index=0, force_suppress=True,
                                                       in_format="center", out_format="corner", name="op"),
                                {"data": (1, 40, 5)}, "_contrib_box_nms"),
+        "box_nms_rpn_topk_6000": (mx.sym.contrib.box_nms(D * 1, overlap_thresh=0.7, topk=6000, coord_start=1, score_index=0,
+                                                         force_suppress=True, name="op"),
+                                  {"data": (1, 18000, 5)}, "_contrib_box_nms"),
         "multibox_detection": (det, {"cls": (2, 4, 30), "loc": (2, 120), "anchors": (1, 30, 4)},
                                "_contrib_MultiBoxDetection"),
         "proposal": (mx.sym.contrib.Proposal(mx.sym.Variable("cls") * 1, mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),

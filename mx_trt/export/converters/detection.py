@@ -135,6 +135,20 @@ def _iota(ctx: ConvContext, n: int, hint: str = "iota") -> str:
     return ctx.const(np.arange(n, dtype=np.int32).reshape(1, n), hint)
 
 
+def _std_min(ctx: ConvContext, a: str, b: str) -> str:
+    """C++'s ``std::min(a, b)``, ``b < a ? b : a``, as a ``Where``.
+
+    ONNX ``Min``/``Max`` are not used: besides their NaN rule, ONNX Runtime 1.19's float16
+    ``Min``/``Max`` with broadcasting on both sides corrupt the heap (seen in fp16 engines).
+    """
+    return _op(ctx, "Where", _op(ctx, "Less", b, a), b, a)
+
+
+def _std_max(ctx: ConvContext, a: str, b: str) -> str:
+    """C++'s ``std::max(a, b)``, ``a < b ? b : a``, as a ``Where``."""
+    return _op(ctx, "Where", _op(ctx, "Less", a, b), b, a)
+
+
 def _pairs(ctx: ConvContext, x: str) -> Tuple[str, str]:
     """(x as (B, k, 1), x as (B, 1, k)): the j (row) and i (column) sides of a pairwise matrix."""
     return _unsq(ctx, x, 2), _unsq(ctx, x, 1)
@@ -258,7 +272,9 @@ def _overlap_nms(ctx: ConvContext, coords: Sequence[str], center: bool, thresh: 
     for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
         lo, hi = _axis_extent(ctx, a, b, center)
         (loj, loi), (hij, hii) = _pairs(ctx, lo), _pairs(ctx, hi)
-        w = _op(ctx, "Sub", _op(ctx, "Min", hij, hii), _op(ctx, "Max", loj, loi))
+        left = _op(ctx, "Where", _op(ctx, "Greater", loj, loi), loj, loi)  # a1 > b1 ? a1 : b1
+        right = _op(ctx, "Where", _op(ctx, "Less", hij, hii), hij, hii)  # a2 < b2 ? a2 : b2
+        w = _op(ctx, "Sub", right, left)
         sides.append(_op(ctx, "Where", _op(ctx, "Greater", w, zero), w, zero))
     inter = _op(ctx, "Mul", sides[0], sides[1])
     if center:
@@ -278,7 +294,7 @@ def _overlap_multibox(ctx: ConvContext, coords: Sequence[str], thresh: float) ->
     sides = []
     for a, b in ((coords[0], coords[2]), (coords[1], coords[3])):
         (aj, ai), (bj, bi) = _pairs(ctx, a), _pairs(ctx, b)
-        w = _op(ctx, "Sub", _op(ctx, "Min", bj, bi), _op(ctx, "Max", aj, ai))
+        w = _op(ctx, "Sub", _std_min(ctx, bj, bi), _std_max(ctx, aj, ai))
         sides.append(_op(ctx, "Where", _op(ctx, "Less", zero, w), w, zero))  # std::max(0, w)
     inter = _op(ctx, "Mul", sides[0], sides[1])
     area = _op(ctx, "Mul", _op(ctx, "Sub", coords[2], coords[0]), _op(ctx, "Sub", coords[3], coords[1]))
@@ -455,7 +471,7 @@ def _decode_anchors(ctx: ConvContext, loc: str, anchors: str, n: int) -> List[st
     out = [_op(ctx, "Sub", ox, ow), _op(ctx, "Sub", oy, oh), _op(ctx, "Add", ox, ow), _op(ctx, "Add", oy, oh)]
     if spec.bool_("clip", True):
         zero, one = _fconst(ctx, 0.0, "zero"), _fconst(ctx, 1.0, "one")
-        out = [_op(ctx, "Max", _op(ctx, "Min", v, one), zero) for v in out]
+        out = [_std_max(ctx, zero, _std_min(ctx, one, v)) for v in out]
     return out
 
 
@@ -607,7 +623,7 @@ def _proposal_boxes(ctx: ConvContext, deltas: Sequence[str], info: Sequence[str]
     zero = _fconst(ctx, 0.0, "zero")
     im_h, im_w = info[0], info[1]
     xmax, ymax = _op(ctx, "Sub", im_w, one), _op(ctx, "Sub", im_h, one)
-    return [_op(ctx, "Max", _op(ctx, "Min", v, m), zero) for v, m in zip(out, (xmax, ymax, xmax, ymax))]
+    return [_std_max(ctx, _std_min(ctx, v, m), zero) for v, m in zip(out, (xmax, ymax, xmax, ymax))]
 
 
 @register("_contrib_Proposal", "_contrib_MultiProposal", validator=_check_proposal)
@@ -662,7 +678,7 @@ def _proposal(ctx: ConvContext) -> None:
     sides = []
     for lo, hi in ((bx[0], bx[2]), (bx[1], bx[3])):
         (loj, loi), (hij, hii) = _pairs(ctx, lo), _pairs(ctx, hi)
-        wd = _op(ctx, "Add", _op(ctx, "Sub", _op(ctx, "Min", hij, hii), _op(ctx, "Max", loj, loi)), one)
+        wd = _op(ctx, "Add", _op(ctx, "Sub", _std_min(ctx, hij, hii), _std_max(ctx, loj, loi)), one)
         sides.append(_op(ctx, "Where", _op(ctx, "Less", _fconst(ctx, 0.0, "zero"), wd), wd, _fconst(ctx, 0.0, "zero")))
     inter = _op(ctx, "Mul", sides[0], sides[1])
     area = _op(ctx, "Mul", _op(ctx, "Add", _op(ctx, "Sub", bx[2], bx[0]), one), _op(ctx, "Add", _op(ctx, "Sub", bx[3], bx[1]), one))

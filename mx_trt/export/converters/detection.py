@@ -369,7 +369,7 @@ def _convert_format(ctx: ConvContext, coords: List[str], to_center: bool) -> Lis
     return [_op(ctx, "Where", skip, old, nw) for old, nw in zip(coords, new)]
 
 
-@register("_contrib_box_nms", "_contrib_box_non_maximum_suppression", "_npx_box_nms", validator=_check_box_nms)
+@register("_contrib_box_nms", "_contrib_box_non_maximum_suppression", validator=_check_box_nms)
 def _box_nms(ctx: ConvContext) -> None:
     """MXNet's box_nms: kept boxes first in score order (ties by index), then -1 rows.
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.export.converters import check, detection
+from mx_trt.export.converters import check, suppression
 from mx_trt.export.subgraph import op_spec
 from mx_trt.graph.importer import symbol_to_graph
 
@@ -161,7 +161,7 @@ def test_box_nms_refusals_say_why():
 @pytest.mark.parametrize("name", ["topk_cuts_ties", "gluoncv_ssd", "rpn_layout", "batch_dims", "nothing_valid"])
 def test_box_nms_with_topk_in_chunks(name, monkeypatch):
     """Past TensorRT's TopK limit (k > 3840) the form takes TopK in chunks: here with chunks of 7 rows."""
-    monkeypatch.setattr(detection, "TOPK_CHUNK", 7)
+    monkeypatch.setattr(suppression, "TOPK_CHUNK", 7)
     _, shape, kw, center = next(c for c in NMS_CASES if c[0] == name)
     cs, si, ii = _layout(kw)
     data = _rows(np.random.RandomState(3), shape, cs, si, ii, center)
@@ -171,8 +171,36 @@ def test_box_nms_with_topk_in_chunks(name, monkeypatch):
              list(range(cs, cs + 4)))
 
 
+@pytest.mark.parametrize("name", ["defaults", "ids_per_class", "ids_force_suppress", "topk_cuts_ties", "background_id",
+                                  "score_last", "center_to_corner", "batch_dims", "nothing_valid", "everything_overlaps"])
+def test_box_nms_one_kept_box_per_iteration(name, monkeypatch):
+    """The form for many candidates (k > ROW_LOOP_MIN_K): a Loop keeping one box per iteration."""
+    monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0)
+    _, shape, kw, center = next(c for c in NMS_CASES if c[0] == name)
+    cs, si, ii = _layout(kw)
+    data = _rows(np.random.RandomState(5), shape, cs, si, ii, center)
+    if name == "nothing_valid":
+        data[..., si] = np.minimum(data[..., si], 0.9)
+    _compare(mx.sym.contrib.box_nms(D, name="nms", **kw), {"data": shape}, {"data": data}, monkeypatch,
+             list(range(cs, cs + 4)))
+
+
+def test_multibox_detection_and_proposal_one_kept_box_per_iteration(monkeypatch):
+    monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0)
+    for seed in (0, 1):
+        inputs = _multibox_inputs(np.random.RandomState(seed), 2, 4, 40)
+        sym = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
+                                               nms_topk=25, nms_threshold=0.3, name="det")
+        _compare(sym, {k: v.shape for k, v in inputs.items()}, inputs, monkeypatch, [2, 3, 4, 5])
+        inputs = _proposal_inputs(np.random.RandomState(seed), 2, 2, 6, 5, 16)
+        sym = mx.sym.contrib.MultiProposal(mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"),
+                                           scales=(2, 4), ratios=(1,), rpn_pre_nms_top_n=45, rpn_post_nms_top_n=30,
+                                           threshold=0.5, name="prop")
+        _compare(sym, {k: v.shape for k, v in inputs.items()}, inputs, monkeypatch, [1, 2, 3, 4])
+
+
 def test_multibox_detection_and_proposal_with_topk_in_chunks(monkeypatch):
-    monkeypatch.setattr(detection, "TOPK_CHUNK", 7)
+    monkeypatch.setattr(suppression, "TOPK_CHUNK", 7)
     inputs = _multibox_inputs(np.random.RandomState(4), 2, 4, 40)
     sym = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),
                                            nms_topk=25, name="det")
@@ -275,10 +303,12 @@ def _gate_cases() -> Dict[str, Tuple[object, Dict[str, Tuple[int, ...]], str]]:
     }
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["k_by_k", "one_box_per_iteration"])
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", sorted(_gate_cases()))
-def test_trt_rtx_gate(name, fp16, monkeypatch):
-    """The ONNX form (TopK, CumSum, the Loop with its boolean body) parses and builds with TensorRT-RTX."""
+def test_trt_rtx_gate(name, fp16, rows, monkeypatch):
+    """The ONNX form (TopK in chunks, CumSum, ScatterElements, either Loop) parses and builds with TensorRT-RTX."""
+    monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0 if rows else 1 << 30)
     from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
@@ -356,10 +386,13 @@ def test_proposal_matches_mxnet(name, op, b, kw, seed, monkeypatch):
         assert (ref[1] == -1).any() or name != "iou_loss_min_size"
 
 
-def test_box_nms_in_an_fp16_engine(monkeypatch):
+@pytest.mark.parametrize("rows", [False, True], ids=["k_by_k", "one_box_per_iteration"])
+def test_box_nms_in_an_fp16_engine(rows, monkeypatch):
     """fp16 engines run the same form in half precision (ONNX Runtime's float16 Min/Max with
     two-sided broadcasting corrupt the heap, so the form has none). The result is fp16's: kept
     rows are input rows rounded to half, in descending score, then -1 rows."""
+    if rows:
+        monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0)
     data = _rows(np.random.RandomState(8), (2, 200, 6), 2, 1, 0)
     sym = mx.sym.contrib.box_nms(D, overlap_thresh=0.45, topk=100, valid_thresh=0.01, id_index=0, name="nms")
     monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "onnxruntime")

@@ -17,6 +17,7 @@ them alike. The suppression alone is timed too: MXNet's ``box_nms`` on the
 model's own candidates against the converter's ONNX graph in ONNX Runtime.
 
     python benchmarks/bench_postprocessing.py --model ssd_512_mobilenet1.0_voc --size 512 --rounds 15
+    python benchmarks/bench_postprocessing.py --model faster_rcnn_resnet50_v1b_voc --size 480 --width 640 --rounds 3 --nms 0
 """
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ def _rounds(runs: Dict[str, Callable[[], None]], rounds: int) -> Dict[str, List[
     return times
 
 
-def _nms_alone(model: Any, rounds: int) -> Dict[str, List[float]]:
-    """MXNet's box_nms against the converter's ONNX form in ONNX Runtime, on the model's candidates."""
+def _nms_alone(model: Any, rounds: int, which: int = -1) -> Dict[str, List[float]]:
+    """MXNet's box_nms against the converter's ONNX form in ONNX Runtime, on the model's candidates
+    (``which``: the index of the box_nms node, in graph order)."""
     import mxnet as mx
     import onnxruntime as ort
 
@@ -88,7 +90,7 @@ def _nms_alone(model: Any, rounds: int) -> Dict[str, List[float]]:
     from mx_trt.passes.ir import Entry
 
     internals = model.sym.get_internals()
-    nms = internals[[o for o in internals.list_outputs() if "box_nms" in o][-1]]
+    nms = internals[[o for o in internals.list_outputs() if "box_nms" in o][which]]
     cand_sym = nms.get_children()
     with disabled():
         exe = cand_sym.simple_bind(mx.cpu(), grad_req="null", **model.shapes)
@@ -100,7 +102,10 @@ def _nms_alone(model: Any, rounds: int) -> Dict[str, List[float]]:
     op = mx.sym.contrib.box_nms(mx.sym.var("data"), **attrs)
     g = symbol_to_graph(op, {"data": cand.shape})
     exported = export_subgraph(g, g.op_nodes(), [Entry(0, 0)], list(g.heads), {})
-    sess = ort.InferenceSession(embedded_model(exported).SerializeToString(), providers=["CPUExecutionProvider"])
+    from mx_trt.build.backends.onnxruntime import _session_options
+
+    sess = ort.InferenceSession(embedded_model(exported).SerializeToString(), _session_options(),
+                                providers=["CPUExecutionProvider"])
     feeds = {exported.input_names[0]: cand}
     ref = mx.nd.contrib.box_nms(x, **attrs).asnumpy()
     got = sess.run(None, feeds)[0]
@@ -115,7 +120,9 @@ def _nms_alone(model: Any, rounds: int) -> Dict[str, List[float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="ssd_512_mobilenet1.0_voc")
-    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--size", type=int, default=512, help="input height and width")
+    p.add_argument("--width", type=int, default=0, help="input width, if not --size")
+    p.add_argument("--nms", type=int, default=-1, help="which box_nms node to time alone, in graph order (default: the last)")
     p.add_argument("--rounds", type=int, default=15)
     args = p.parse_args()
     from tests.models.thirdparty import gluoncv_model
@@ -124,7 +131,8 @@ def main() -> None:
 
     from tests.models.thirdparty import Model
 
-    model = gluoncv_model(args.model, "detection", (args.size, args.size))
+    width = args.width or args.size
+    model = gluoncv_model(args.model, "detection", (args.size, width))
     internals = model.sym.get_internals()
     candidates = internals[[o for o in internals.list_outputs() if "box_nms" in o][-1]].get_children()
     network = Model("network", candidates, model.args, model.aux, model.shapes, model.dtypes, model.inputs, "detection")
@@ -144,10 +152,10 @@ def main() -> None:
             partition[name] = {"engines": len(info.engines), "ops_in_engines": f"{inside}/{total}", "native": native_ops}
     load0 = os.getloadavg()
     times = _rounds({n: _forward(e) for n, e in exes.items()}, args.rounds)
-    times.update(_nms_alone(model, args.rounds * 4))
+    times.update(_nms_alone(model, max(3, args.rounds), args.nms))
     load1 = os.getloadavg()
     med = {n: statistics.median(v) * 1e3 for n, v in times.items()}
-    result = {"model": args.model, "input": f"1x3x{args.size}x{args.size}", "rounds": args.rounds, "median_ms": med,
+    result = {"model": args.model, "input": f"1x3x{args.size}x{width}", "rounds": args.rounds, "median_ms": med,
               "partition": partition, "loadavg_before": load0, "loadavg_after": load1,
               "post native / post in engine": med["post native"] / med["post in engine"],
               "post-processing ms, native": med["post native"] - med["network only"],

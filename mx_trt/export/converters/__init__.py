@@ -15,7 +15,8 @@ Modules:
     shape: reshape family, slicing, splitting, joining, broadcasting, tiling.
     indexing: shape, arange, gather/take/pick, one_hot, topk/sort, Sequence*.
     vision: box coding, ROI pooling, resizing, anchors.
-    detection: box_nms, MultiBoxDetection, Proposal/MultiProposal (greedy suppression in MXNet's order).
+    detection: box_nms, MultiBoxDetection, Proposal/MultiProposal, built from
+    suppression: exact top-k selection, stable sort and greedy suppression in MXNet's order.
     nlp: attention matmuls, the softmax family (with lengths), embeddings, layer norm.
     user: :func:`register_converter`, the public API for your own operators' converters.
 """

@@ -26,7 +26,6 @@ from mx_trt.export.converters.suppression import (
     gather,
     gather_rows,
     greedy,
-    i32,
     op,
     overlap_multibox,
     overlap_nms,

@@ -33,7 +33,7 @@ that fp16 engines (whose rewrite does not enter bodies) stay consistent.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 

@@ -26,10 +26,10 @@ from mx_trt.export.converters.suppression import (
     gather,
     gather_rows,
     greedy,
+    multibox_overlap,
+    nms_overlap,
     op,
-    overlap_multibox,
-    overlap_nms,
-    overlap_proposal,
+    proposal_overlap,
     reduce,
     select,
     stable_order,
@@ -129,7 +129,7 @@ def _box_nms(ctx: ConvContext) -> None:
     ids = None
     if ii >= 0 and not spec.bool_("force_suppress", False):
         ids = trunc(ctx, column(ctx, cand, ii), spec.in_dtypes[0], 2)  # compared as C ints
-    keep = greedy(ctx, coords, cvalid, k, lambda c, a, b: overlap_nms(c, a, b, center, thresh), ids)
+    keep = greedy(ctx, coords, cvalid, k, nms_overlap(center, thresh), ids)
     kept, kept_valid = compact(ctx, keep, k, k)
     rows = gather_rows(ctx, cand, kept, w)
     rows = op(ctx, "Where", unsq(ctx, kept_valid, 2), rows, fconst(ctx, -1.0, "minus1"))
@@ -244,8 +244,8 @@ def _multibox_detection(ctx: ConvContext) -> None:
     top = gather_rows(ctx, rows, gather(ctx, slots, perm), 6)
     top_valid = gather(ctx, slot_valid, perm)
     top_ids = column(ctx, top, 0)
-    keep = greedy(ctx, [column(ctx, top, j) for j in range(2, 6)], top_valid, k,
-                  lambda c, a, b: overlap_multibox(c, a, b, nms), None if spec.bool_("force_suppress", False) else top_ids)
+    keep = greedy(ctx, [column(ctx, top, j) for j in range(2, 6)], top_valid, k, multibox_overlap(nms),
+                  None if spec.bool_("force_suppress", False) else top_ids)
     top = _setcolumn(ctx, top, 0, 6, op(ctx, "Where", keep, top_ids, minus1))
     top = op(ctx, "Where", unsq(ctx, top_valid, 2), top, minus1)
     if k < n:
@@ -399,8 +399,7 @@ def _proposal(ctx: ConvContext) -> None:
     top = gather_rows(ctx, rows, gather(ctx, slots, perm), 5)  # (B, pre, 5), MXNet's sorted order
     every_k = op(ctx, "Expand", ctx.const(np.ones((1, pre), bool), "all_k"), int64s(ctx, [b, pre], "bk"))
     thresh = attr_float(spec, "threshold", 0.7)
-    keep = greedy(ctx, [column(ctx, top, i) for i in range(4)], every_k, pre,
-                  lambda c, p, q: overlap_proposal(c, p, q, thresh))
+    keep = greedy(ctx, [column(ctx, top, i) for i in range(4)], every_k, pre, proposal_overlap(thresh))
     kept, _ = compact(ctx, keep, pre, pre)
     nkept = reduce(ctx, "ReduceSum", op(ctx, "Cast", keep, to=INT64), 1, True)  # (B, 1), at least 1
     at = ctx.const(np.arange(post, dtype=np.int64).reshape(1, post), "at")

@@ -33,6 +33,7 @@ that fp16 engines (whose rewrite does not enter bodies) stay consistent.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -52,11 +53,6 @@ ROW_LOOP_MIN_K = 1024
 MAX_KEY = (1 << 31) - 1
 #: ONNX element types.
 INT32, INT64, BOOL = 6, 7, 9
-
-#: ``overlap(ctx, earlier, later)``: (broadcast) bool "suppresses when kept", from two lists of
-#: four coordinate tensors, the earlier boxes' and the later ones'.
-Overlap = Callable[[Any, Sequence[str], Sequence[str]], str]
-
 
 # -- small emission helpers ----------------------------------------------------------------
 
@@ -219,67 +215,92 @@ def stable_order(ctx: ConvContext, score: str, valid: str, k: int) -> str:
 # -- overlap, as MXNet's kernels compute it ---------------------------------------------------
 
 
-def overlap_nms(ctx: Any, a: Sequence[str], b: Sequence[str], center: bool, thresh: float) -> str:
-    """``IoU(a, b) > thresh`` as box_nms computes it (a: the earlier box): no +1, sides below 0
-    give area 0, intersections clamp at 0; corner ``[x1, y1, x2, y2]`` or center ``[x, y, w, h]``."""
+@dataclass(frozen=True)
+class Overlap:
+    """How one MXNet kernel decides that a kept box suppresses a later one.
+
+    Attributes:
+        prepare: ``prepare(ctx, coords)``: per box, once, the values the test reads
+            (the extents ``[x1, y1, x2, y2]`` its intersection uses, then its area).
+        test: ``test(ctx, a, b)``: bool, broadcast over the prepared values of the
+            earlier boxes ``a`` and the later boxes ``b``.
+    """
+
+    prepare: Callable[[Any, Sequence[str]], List[str]]
+    test: Callable[[Any, Sequence[str], Sequence[str]], str]
+
+
+def _clamped_side(ctx: Any, lo: str, hi: str) -> str:
+    """``w > 0 ? w : 0`` of ``w = hi - lo``."""
     zero = fconst(ctx, 0.0, "zero")
+    w = op(ctx, "Sub", hi, lo)
+    return op(ctx, "Where", op(ctx, "Greater", w, zero), w, zero)
 
-    def extent(c: Sequence[str], lo: int, hi: int) -> Tuple[str, str]:
-        if not center:
-            return c[lo], c[hi]
-        half = op(ctx, "Div", c[hi], fconst(ctx, 2.0, "two"))
-        return op(ctx, "Sub", c[lo], half), op(ctx, "Add", c[lo], half)
 
-    def area(c: Sequence[str]) -> str:
-        w, h = (c[2], c[3]) if center else (op(ctx, "Sub", c[2], c[0]), op(ctx, "Sub", c[3], c[1]))
+def nms_overlap(center: bool, thresh: float) -> Overlap:
+    """box_nms: ``IoU > thresh``, no +1, sides below 0 give area 0, intersections clamped at 0;
+    corner ``[x1, y1, x2, y2]`` or center ``[x, y, w, h]`` boxes (the center extents as its
+    ``Intersect`` computes them, ``x -/+ w / 2``)."""
+
+    def prepare(ctx: Any, c: Sequence[str]) -> List[str]:
+        zero = fconst(ctx, 0.0, "zero")
+        if center:
+            hw, hh = (op(ctx, "Div", v, fconst(ctx, 2.0, "two")) for v in (c[2], c[3]))
+            ext = [op(ctx, "Sub", c[0], hw), op(ctx, "Sub", c[1], hh), op(ctx, "Add", c[0], hw), op(ctx, "Add", c[1], hh)]
+            w, h = c[2], c[3]
+        else:
+            ext, w, h = list(c), op(ctx, "Sub", c[2], c[0]), op(ctx, "Sub", c[3], c[1])
         negative = op(ctx, "Or", op(ctx, "Less", w, zero), op(ctx, "Less", h, zero))
-        return op(ctx, "Where", negative, zero, op(ctx, "Mul", w, h))
+        return ext + [op(ctx, "Where", negative, zero, op(ctx, "Mul", w, h))]
 
-    sides = []
-    for lo, hi in ((0, 2), (1, 3)):
-        (a1, a2), (b1, b2) = extent(a, lo, hi), extent(b, lo, hi)
-        left = op(ctx, "Where", op(ctx, "Greater", a1, b1), a1, b1)  # a1 > b1 ? a1 : b1
-        right = op(ctx, "Where", op(ctx, "Less", a2, b2), a2, b2)  # a2 < b2 ? a2 : b2
-        w = op(ctx, "Sub", right, left)
-        sides.append(op(ctx, "Where", op(ctx, "Greater", w, zero), w, zero))
-    inter = op(ctx, "Mul", sides[0], sides[1])
-    iou = op(ctx, "Div", inter, op(ctx, "Sub", op(ctx, "Add", area(a), area(b)), inter))
-    return op(ctx, "Greater", iou, fconst(ctx, thresh, "thresh"))
+    def test(ctx: Any, a: Sequence[str], b: Sequence[str]) -> str:
+        sides = []
+        for lo, hi in ((0, 2), (1, 3)):
+            left = op(ctx, "Where", op(ctx, "Greater", a[lo], b[lo]), a[lo], b[lo])  # a1 > b1 ? a1 : b1
+            right = op(ctx, "Where", op(ctx, "Less", a[hi], b[hi]), a[hi], b[hi])  # a2 < b2 ? a2 : b2
+            sides.append(_clamped_side(ctx, left, right))
+        inter = op(ctx, "Mul", sides[0], sides[1])
+        iou = op(ctx, "Div", inter, op(ctx, "Sub", op(ctx, "Add", a[4], b[4]), inter))
+        return op(ctx, "Greater", iou, fconst(ctx, thresh, "thresh"))
 
-
-def overlap_multibox(ctx: Any, a: Sequence[str], b: Sequence[str], thresh: float) -> str:
-    """``IoU(a, b) >= thresh`` as MultiBoxDetection computes it (a: the earlier box): no +1,
-    unclamped areas, a union <= 0 gives IoU 0."""
-    zero = fconst(ctx, 0.0, "zero")
-    sides = []
-    for lo, hi in ((0, 2), (1, 3)):
-        w = op(ctx, "Sub", std_min(ctx, a[hi], b[hi]), std_max(ctx, a[lo], b[lo]))
-        sides.append(std_max(ctx, zero, w))
-    inter = op(ctx, "Mul", sides[0], sides[1])
-
-    def area(c: Sequence[str]) -> str:
-        return op(ctx, "Mul", op(ctx, "Sub", c[2], c[0]), op(ctx, "Sub", c[3], c[1]))
-
-    union = op(ctx, "Sub", op(ctx, "Add", area(a), area(b)), inter)
-    iou = op(ctx, "Where", op(ctx, "LessOrEqual", union, zero), zero, op(ctx, "Div", inter, union))
-    return op(ctx, "GreaterOrEqual", iou, fconst(ctx, thresh, "thresh"))
+    return Overlap(prepare, test)
 
 
-def overlap_proposal(ctx: Any, a: Sequence[str], b: Sequence[str], thresh: float) -> str:
-    """``IoU(a, b) > thresh`` as Proposal's NonMaximumSuppression computes it (a: the earlier
-    box): sides + 1, intersections clamped at 0."""
-    zero, one = fconst(ctx, 0.0, "zero"), fconst(ctx, 1.0, "one")
-    sides = []
-    for lo, hi in ((0, 2), (1, 3)):
-        w = op(ctx, "Add", op(ctx, "Sub", std_min(ctx, a[hi], b[hi]), std_max(ctx, a[lo], b[lo])), one)
-        sides.append(std_max(ctx, zero, w))
-    inter = op(ctx, "Mul", sides[0], sides[1])
+def multibox_overlap(thresh: float) -> Overlap:
+    """MultiBoxDetection: ``IoU >= thresh``, no +1, unclamped areas, a union <= 0 gives IoU 0."""
 
-    def area(c: Sequence[str]) -> str:
-        return op(ctx, "Mul", op(ctx, "Add", op(ctx, "Sub", c[2], c[0]), one), op(ctx, "Add", op(ctx, "Sub", c[3], c[1]), one))
+    def prepare(ctx: Any, c: Sequence[str]) -> List[str]:
+        return list(c) + [op(ctx, "Mul", op(ctx, "Sub", c[2], c[0]), op(ctx, "Sub", c[3], c[1]))]
 
-    iou = op(ctx, "Div", inter, op(ctx, "Sub", op(ctx, "Add", area(a), area(b)), inter))
-    return op(ctx, "Greater", iou, fconst(ctx, thresh, "thresh"))
+    def test(ctx: Any, a: Sequence[str], b: Sequence[str]) -> str:
+        zero = fconst(ctx, 0.0, "zero")
+        sides = [std_max(ctx, zero, op(ctx, "Sub", std_min(ctx, a[hi], b[hi]), std_max(ctx, a[lo], b[lo])))
+                 for lo, hi in ((0, 2), (1, 3))]
+        inter = op(ctx, "Mul", sides[0], sides[1])
+        union = op(ctx, "Sub", op(ctx, "Add", a[4], b[4]), inter)
+        iou = op(ctx, "Where", op(ctx, "LessOrEqual", union, zero), zero, op(ctx, "Div", inter, union))
+        return op(ctx, "GreaterOrEqual", iou, fconst(ctx, thresh, "thresh"))
+
+    return Overlap(prepare, test)
+
+
+def proposal_overlap(thresh: float) -> Overlap:
+    """Proposal's NonMaximumSuppression: ``IoU > thresh`` with sides + 1, intersections clamped at 0."""
+
+    def prepare(ctx: Any, c: Sequence[str]) -> List[str]:
+        one = fconst(ctx, 1.0, "one")
+        return list(c) + [op(ctx, "Mul", op(ctx, "Add", op(ctx, "Sub", c[2], c[0]), one),
+                             op(ctx, "Add", op(ctx, "Sub", c[3], c[1]), one))]
+
+    def test(ctx: Any, a: Sequence[str], b: Sequence[str]) -> str:
+        zero, one = fconst(ctx, 0.0, "zero"), fconst(ctx, 1.0, "one")
+        sides = [std_max(ctx, zero, op(ctx, "Add", op(ctx, "Sub", std_min(ctx, a[hi], b[hi]), std_max(ctx, a[lo], b[lo])),
+                                       one)) for lo, hi in ((0, 2), (1, 3))]
+        inter = op(ctx, "Mul", sides[0], sides[1])
+        iou = op(ctx, "Div", inter, op(ctx, "Sub", op(ctx, "Add", a[4], b[4]), inter))
+        return op(ctx, "Greater", iou, fconst(ctx, thresh, "thresh"))
+
+    return Overlap(prepare, test)
 
 
 # -- greedy suppression -----------------------------------------------------------------------
@@ -291,13 +312,15 @@ def greedy(ctx: ConvContext, coords: Sequence[str], valid: str, k: int, overlap:
 
     ``coords``: four (B, k) coordinate tensors in sorted order; ``valid`` (B, k): slots
     that take part (a prefix); ``ids`` (B, k): class ids when suppression is per class.
-    A kept slot suppresses every later valid slot (of its class) that it ``overlap``s.
+    A kept slot suppresses every later valid slot (of its class) that ``overlap`` says it
+    overlaps; the boxes are prepared (extents, areas) once, outside the loops.
     """
+    boxes = overlap.prepare(ctx, coords)
     if k > ROW_LOOP_MIN_K:
-        return _greedy_rows(ctx, coords, valid, k, overlap, ids)
-    later = [unsq(ctx, c, 1) for c in coords]  # [j, i]: j earlier (rows), i later (columns)
-    earlier = [unsq(ctx, c, 2) for c in coords]
-    s = op(ctx, "And", overlap(ctx, earlier, later), ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "upper"))
+        return _greedy_rows(ctx, boxes, valid, k, overlap, ids)
+    later = [unsq(ctx, c, 1) for c in boxes]  # [j, i]: j earlier (rows), i later (columns)
+    earlier = [unsq(ctx, c, 2) for c in boxes]
+    s = op(ctx, "And", overlap.test(ctx, earlier, later), ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "upper"))
     s = op(ctx, "And", s, op(ctx, "And", unsq(ctx, valid, 2), unsq(ctx, valid, 1)))
     if ids is not None:
         s = op(ctx, "And", s, op(ctx, "Equal", unsq(ctx, ids, 2), unsq(ctx, ids, 1)))
@@ -374,19 +397,20 @@ def _fixed_point(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
     return _loop(ctx, body, [(valid, keep_in, keep_out)], k)[0]
 
 
-def _greedy_rows(ctx: ConvContext, coords: Sequence[str], valid: str, k: int, overlap: Overlap,
+def _greedy_rows(ctx: ConvContext, boxes: Sequence[str], valid: str, k: int, overlap: Overlap,
                  ids: Optional[str]) -> str:
     """One kept box per iteration: the first undecided slot is kept and suppresses the later
-    slots it overlaps (of its class). Iterations: the kept boxes of the busiest batch row."""
-    body = _Body(ctx, coords[0])
+    slots it overlaps (of its class). Iterations: the kept boxes of the busiest batch row.
+    ``boxes``: the prepared values (:attr:`Overlap.prepare`) of every slot."""
+    body = _Body(ctx, boxes[0])
     decided_in, keep_in = ctx.tmp("decided_in"), ctx.tmp("keep_in")
     open_ = op(body, "Cast", op(body, "Not", decided_in), to=INT32)  # (B, k)
     has = op(body, "Greater", reduce(body, "ReduceMax", open_, 1, True), body.const(np.asarray(0, np.int32), "zero"))
     first = op(body, "ArgMax", open_, axis=1, keepdims=1, select_last_index=0)  # (B, 1): the next kept slot
     slots = iota(body, k, np.int64)
     chosen = op(body, "And", op(body, "Equal", slots, first), has)
-    current = [gather(body, c, first) for c in coords]  # (B, 1) each
-    hit = op(body, "And", overlap(body, current, coords), op(body, "Greater", slots, first))
+    current = [gather(body, c, first) for c in boxes]  # (B, 1) each
+    hit = op(body, "And", overlap.test(body, current, boxes), op(body, "Greater", slots, first))
     if ids is not None:
         hit = op(body, "And", hit, op(body, "Equal", gather(body, ids, first), ids))
     hit = op(body, "And", op(body, "And", hit, valid), has)

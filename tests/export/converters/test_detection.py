@@ -1,10 +1,15 @@
-"""Detection post-processing converters (mx_trt/export/converters/detection.py) against MXNet 1.9.1.
+"""Detection post-processing converters (mx_trt/export/converters/detection.py and
+suppression.py) against MXNet 1.9.1.
 
 Each case binds the operator twice, natively and with the pass on the ONNX Runtime
 backend (strict, every subgraph an engine), asserts that the operator went into an
 engine, and compares the outputs row by row: the same kept rows in the same order,
-ids, scores and the -1 rows exactly, coordinates within fp32 ``1e-6 * max|x|`` (they
-are copied, or converted between corner and center form by the same arithmetic).
+ids, scores and the -1 rows exactly, coordinates within fp32 ``1e-6 * max|x|`` (box_nms
+copies them or converts corner/center by the same arithmetic; MultiBoxDetection and
+Proposal decode with ``exp``, ``4e-6 * max|x|`` for Proposal's double-precision steps).
+Both suppression forms (k x k fixed point, one kept box per iteration) and ``TopK`` in
+chunks are run on the same cases by lowering their thresholds; an fp16 engine is
+checked for what fp16 can promise; TensorRT-RTX builds every form, fp32 and fp16.
 
 The inputs are built to be hard: scores drawn from a few values (so most scores tie
 exactly and the order of ties decides the output), boxes in a few tight clusters (so

@@ -27,7 +27,7 @@ Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
 INT32_MAX = 2**31 - 1
 
 #: The engine backends, as ``MXNET_TENSORRT_BACKEND`` and the ``backend`` option name them.
-BACKEND_NAMES = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+BACKEND_NAMES = ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")
 
 _warned: Set[Tuple[str, str]] = set()
 _warned_lock = threading.Lock()
@@ -447,7 +447,7 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "exclude_ops": _opt_ops,
     "min_subgraph_size": _opt_int("min_subgraph_size", 1),
     "engine_rule": _opt_choice("engine_rule", ("cost", "always")),
-    "backend": _opt_choice("backend", ("onnxruntime", "tensorrt", "tensorrt_rtx")),
+    "backend": _opt_choice("backend", ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")),
     "strict": _opt_bool("strict"),
     "cache_dir": _opt_str("cache_dir"),
     "calibration": _opt_calibration,

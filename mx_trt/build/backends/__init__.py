@@ -4,6 +4,7 @@
 name                    engines                                        contexts
 ======================  =============================================  ==============
 ``onnxruntime``         ONNX Runtime, CPU execution provider            ``mx.cpu()``
+``openvino``            OpenVINO, CPU plugin (optional, by name)        ``mx.cpu()``
 ``tensorrt``            TensorRT 10+ (``tensorrt``)                     ``mx.gpu(i)``
 ``tensorrt_rtx``        TensorRT-RTX (``tensorrt_rtx_bindings``)        ``mx.gpu(i)``
 ======================  =============================================  ==============
@@ -18,12 +19,14 @@ from typing import Dict, Optional, Type
 from mx_trt.errors import BackendUnavailableError
 from mx_trt.build.backends.base import Backend, Buffer, BuildOptions, Engine, TensorSpec
 from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.build.backends.openvino import OpenVinoBackend
 from mx_trt.build.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
 
 logger = logging.getLogger(__name__)
 
 BACKENDS: Dict[str, Type[Backend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
+    OpenVinoBackend.name: OpenVinoBackend,
     TensorRTBackend.name: TensorRTBackend,
     TensorRTRTXBackend.name: TensorRTRTXBackend,
 }

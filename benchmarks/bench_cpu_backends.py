@@ -1,0 +1,166 @@
+"""The CPU engine backends side by side: OpenVINO against ONNX Runtime on the same exported subgraph.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_cpu_backends.py [--models resnet50_v1,mobilenetv2_1.0] [--batches 1,8]
+        [--rounds 15] [--threads N] [--json OUT.json]
+
+For each model-zoo network (seeded random weights, tests/models/test_model_zoo.py)
+and batch, the pass's own analysis and exporter make one static ONNX model of the
+whole network; both backends build an engine from that same ``ExportedSubgraph``
+with the same thread count (``--threads``, default: the CPUs this process may use),
+and the engines run on the same numpy buffers through :meth:`Engine.run`, as a fused
+node calls them. Runs alternate between the backends, the order swapping every
+round, after a warm-up of each, so that load from other processes falls on both
+alike. Printed: the median and fastest milliseconds of each, the ratio of medians
+(ONNX Runtime / OpenVINO: above 1 means OpenVINO is faster), the largest difference
+between their outputs, and the machine's load average before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+logger = logging.getLogger("benchmarks.cpu_backends")
+
+MODELS = ("resnet50_v1", "mobilenetv2_1.0")
+BATCHES = (1, 8)
+
+
+def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tuple[int, ...]) -> Any:
+    """The whole network as one static ONNX model, exported as a bind exports it."""
+    from mx_trt.build.backends import select_backend
+    from mx_trt.export.dynamic import SubgraphExporter
+    from mx_trt.passes.fuse import boundary
+    from mx_trt.pipeline.plan import analyze
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.pipeline.weights import LazyWeights
+    from mx_trt.settings import Settings
+
+    params = {**args, **aux}
+    shapes = {"data": shape}
+    plan = analyze(BindRequest(sym, shapes, params, Settings(engine_rule="always"), select_backend("cpu")))
+    inside, total = plan.op_counts()
+    if inside != total or len(plan.partition.subgraphs) != 1:
+        raise RuntimeError(f"the network is not one engine: {inside} of {total} operators, "
+                           f"{len(plan.partition.subgraphs)} subgraphs")
+    (sg,) = plan.partition.subgraphs
+    absorbed = plan.absorbed_ids()
+    ins, outs = boundary(plan.graph, sg.nodes, absorbed)
+    names = {plan.graph.nodes[e.node].name for n in sg.nodes for e in plan.graph.nodes[n].inputs
+             if plan.graph.nodes[e.node].is_variable and e.node in absorbed}
+    exporter = SubgraphExporter(sym, shapes, params, plan.graph, LazyWeights(params, names), False, [])
+    return exporter.export(sg.name, sg.nodes, ins, outs, plan.graph, [])
+
+
+def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
+    """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each."""
+    from mx_trt.build.backends import BACKENDS, BuildOptions
+    from mx_trt.settings import env_override
+
+    out = {}
+    for name in ("onnxruntime", "openvino"):
+        reason = BACKENDS[name].unavailable_reason()
+        if reason:
+            raise RuntimeError(f"{name}: {reason}")
+        with env_override({"MXNET_TENSORRT_ORT_THREADS": str(threads)}):
+            out[name] = BACKENDS[name]().build(exported, BuildOptions(name=name, extra={"threads": threads}))
+    return out
+
+
+def _buffers(arrays: Sequence[np.ndarray]) -> List[Any]:
+    from mx_trt.build.backends import Buffer
+
+    return [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in arrays]
+
+
+def time_interleaved(engines: Dict[str, Any], x: np.ndarray, rounds: int, warmup: int = 3
+                     ) -> Tuple[Dict[str, List[float]], float]:
+    """Milliseconds per run of each engine, alternating (order swapped each round); and the largest output gap."""
+    names = list(engines)
+    outs = {n: [np.empty(t.shape, t.dtype) for t in engines[n].outputs] for n in names}
+    ins = _buffers([x])
+    for n in names:
+        for _ in range(warmup):
+            engines[n].run(ins, _buffers(outs[n]))
+    gap = max(float(np.abs(a - b).max()) for a, b in zip(*(outs[n] for n in names)))
+    times: Dict[str, List[float]] = {n: [] for n in names}
+    bufs = {n: _buffers(outs[n]) for n in names}
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            engines[n].run(ins, bufs[n])
+            times[n].append((time.perf_counter() - t0) * 1e3)
+    return times, gap
+
+
+def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: int) -> List[Dict[str, Any]]:
+    from tests.models.test_model_zoo import zoo_model
+
+    rows = []
+    for model in models:
+        sym, args, aux, size = zoo_model(model)
+        for b in batches:
+            shape = (b, 3, size, size)
+            exported = export_whole(sym, args, aux, shape)
+            engines = build_engines(exported, threads)
+            x = np.random.RandomState(b).uniform(-1, 1, shape).astype(np.float32)
+            times, gap = time_interleaved(engines, x, rounds)
+            med = {n: statistics.median(v) for n, v in times.items()}
+            row = {"model": model, "batch": b, "threads": threads, "rounds": rounds,
+                   "median_ms": med, "min_ms": {n: min(v) for n, v in times.items()},
+                   "onnxruntime/openvino": med["onnxruntime"] / med["openvino"], "max_output_gap": gap}
+            rows.append(row)
+            logger.info("%s batch %d: onnxruntime %.1f ms, openvino %.1f ms (medians), ratio %.2f, gap %.2g",
+                        model, b, med["onnxruntime"], med["openvino"], row["onnxruntime/openvino"], gap)
+            del engines, exported
+    return rows
+
+
+def table(rows: Sequence[Dict[str, Any]]) -> str:
+    lines = ["| model | batch | threads | ONNX Runtime ms (median / min) | OpenVINO ms (median / min) "
+             "| ONNX Runtime / OpenVINO | max output gap |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m, lo = r["median_ms"], r["min_ms"]
+        lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {m['onnxruntime']:.1f} / {lo['onnxruntime']:.1f} "
+                     f"| {m['openvino']:.1f} / {lo['openvino']:.1f} | {r['onnxruntime/openvino']:.2f} "
+                     f"| {r['max_output_gap']:.2g} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from mx_trt.build.backends.openvino import usable_cpus
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--threads", type=int, default=usable_cpus())
+    p.add_argument("--json", default="")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    load_before = os.getloadavg()
+    rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads)
+    load_after = os.getloadavg()
+    print(table(rows))
+    print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {usable_cpus()}")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": rows, "load_before": load_before, "load_after": load_after}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -141,13 +141,13 @@ def table(rows: Sequence[Dict[str, Any]]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from mx_trt.build.backends.openvino import usable_cpus
+    from mx_trt.build.cpus import engine_threads
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--threads", type=int, default=usable_cpus())
+    p.add_argument("--threads", type=int, default=engine_threads())
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -155,7 +155,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads)
     load_after = os.getloadavg()
     print(table(rows))
-    print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {usable_cpus()}")
+    print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {engine_threads()}")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump({"rows": rows, "load_before": load_before, "load_after": load_after}, f, indent=1)

@@ -26,6 +26,9 @@ Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
 #: MXNet 1.9.1's shapes are 32-bit: no dimension (batch included) may be larger.
 INT32_MAX = 2**31 - 1
 
+#: The rules deciding which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``, option ``engine_rule``).
+ENGINE_RULES = ("measured", "cost", "always")
+
 #: The engine backends, as ``MXNET_TENSORRT_BACKEND`` and the ``backend`` option name them.
 BACKEND_NAMES = ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")
 
@@ -203,9 +206,12 @@ class Settings:
         max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
         engine_rule: Which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``):
-            ``cost`` (default) those whose estimated saving beats an engine's
-            run cost (:mod:`mx_trt.passes.cost`), ``always`` every one of at least
-            ``min_subgraph_size`` operators.
+            ``measured`` (default) each engine is timed at build against MXNet
+            running the same subgraph, and kept only when faster; the decision is
+            stored in the plan cache (:mod:`mx_trt.pipeline.measure`; without a
+            plan cache the bind uses ``cost``). ``cost``: those whose estimated
+            saving beats an engine's run cost (:mod:`mx_trt.passes.cost`).
+            ``always``: every one of at least ``min_subgraph_size`` operators.
         strict: Raise when the pass fails on a graph instead of binding natively
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
         cache_dir: The plan cache folder; ``None`` reads ``MXNET_TENSORRT_CACHE_DIR``,
@@ -228,7 +234,7 @@ class Settings:
     max_batch_size: Optional[int] = None
     profiles: Optional[List[Profile]] = None
     strict: bool = False
-    engine_rule: str = "cost"
+    engine_rule: str = "measured"
     cache_dir: Optional[str] = None
     int8: bool = False
     calibration: Any = None
@@ -275,7 +281,7 @@ class Settings:
             max_batch_size=env_int("MXNET_TENSORRT_MAX_BATCH_SIZE", 0, 0, INT32_MAX) or None,
             profiles=get_optimization_profiles(),
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
-            engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "cost", ("cost", "always")),
+            engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "measured", ENGINE_RULES),
             int8=precision == "int8",
             calibration=os.environ.get("MXNET_TENSORRT_CALIBRATION", "").strip() or None,
             int8_exclude_ops=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_OPS"),
@@ -446,7 +452,7 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "profiles": _opt_profiles,
     "exclude_ops": _opt_ops,
     "min_subgraph_size": _opt_int("min_subgraph_size", 1),
-    "engine_rule": _opt_choice("engine_rule", ("cost", "always")),
+    "engine_rule": _opt_choice("engine_rule", ENGINE_RULES),
     "backend": _opt_choice("backend", ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")),
     "strict": _opt_bool("strict"),
     "cache_dir": _opt_str("cache_dir"),

@@ -31,7 +31,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from .ir import Entry, Graph
 from .partition import PartitionResult, Subgraph
 
-__all__ = ["CostModel", "estimate_macs", "graph_macs", "keep_worthwhile", "subgraph_saving_us", "worth_an_engine"]
+__all__ = ["CostModel", "Timed", "choose_measured", "estimate_macs", "graph_macs", "keep_worthwhile",
+           "subgraph_saving_us", "worth_an_engine"]
 
 Shape = Tuple[int, ...]
 
@@ -206,3 +207,52 @@ def keep_worthwhile(graph: Graph, result: PartitionResult, model: CostModel = Co
             for v in sg.nodes:
                 native[v] = why
     return PartitionResult(subgraphs=kept, native=native)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One engine candidate of a subgraph, timed against MXNet running the same subgraph.
+
+    Attributes:
+        backend: The backend that built it.
+        precision: ``fp32``, ``fp16`` or ``int8``.
+        ms: Median latency (ms) of a forward through the engine's fused node.
+    """
+
+    backend: str
+    precision: str
+    ms: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} {self.precision}"
+
+
+def choose_measured(native_ms: float, timed: Sequence[Timed]) -> Tuple[Optional[Timed], str]:
+    """The engine the measured rule keeps for a subgraph, or ``None`` for MXNet; and why, in words.
+
+    A reduced-precision engine (fp16, int8) counts only when it is faster than
+    the fastest fp32 engine; the fastest remaining engine is kept when it is
+    faster than ``native_ms``. Ties go to MXNet. Pure; O(len(timed)).
+
+    Example: ``choose_measured(3.2, [Timed("onnxruntime", "fp32", 4.1)])`` keeps
+    MXNet: "kept native: engine 1.28x slower, measured 4.10 vs 3.20 ms".
+    """
+    fp32 = [t for t in timed if t.precision == "fp32"]
+    best32 = min(fp32, key=lambda t: t.ms) if fp32 else None
+    notes: List[str] = []
+    pool: List[Timed] = []
+    for t in timed:
+        if t.precision != "fp32" and best32 is not None and t.ms >= best32.ms:
+            notes.append(f"{t.label} {t.ms / best32.ms:.2f}x slower than fp32 ({t.ms:.2f} vs {best32.ms:.2f} ms)")
+        else:
+            pool.append(t)
+    suffix = f"; {'; '.join(notes)}" if notes else ""
+    if not pool:
+        return None, "kept native: no engine" + suffix
+    best = min(pool, key=lambda t: t.ms)
+    if best.ms < native_ms:
+        return best, (f"engine kept ({best.label}): {native_ms / best.ms:.2f}x faster, measured {best.ms:.2f} vs "
+                      f"{native_ms:.2f} ms" + suffix)
+    return None, (f"kept native: engine {best.ms / native_ms:.2f}x slower, measured {best.ms:.2f} vs "
+                  f"{native_ms:.2f} ms ({best.label})" + suffix)

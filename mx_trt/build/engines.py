@@ -279,6 +279,10 @@ class EngineProvider:
                  "batch_ranges": [list(r) for r in job.batch_ranges]}
         return pool_key, make_key(exact)
 
+    def cache_key(self, job: SubgraphJob) -> str:
+        """The plan-cache key of ``job``'s engine with this provider's backend and device."""
+        return self._keys(job)[1]
+
     def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
         """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
 

@@ -15,6 +15,7 @@ Stages, in order (each names its module)::
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from mx_trt.build.backends import candidate_backends
 from mx_trt.build.engines import EngineProvider, SubgraphJob
 from mx_trt.build.profiles import batch_ranges
 from mx_trt.build.progress import BuildProgress
@@ -34,6 +36,7 @@ from mx_trt.passes.fuse import FuseResult, boundary, fuse
 from mx_trt.passes.ir import Entry, Graph
 from mx_trt.passes.partition import Subgraph
 from mx_trt.pipeline.int8 import Int8Setup, int8_setup
+from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
@@ -60,6 +63,9 @@ class BindInfo:
         timings: Seconds spent per pipeline stage.
         builds / loads / reuses: Engines built, loaded from the plan cache, and
             reused from this process's earlier binds.
+        decisions: Subgraph name -> what the measured engine rule decided and measured
+            (:class:`~mx_trt.pipeline.measure.Decision`); empty under the other rules.
+            Subgraphs it keeps native are also in ``native_failures``, with the decision's text.
     """
 
     symbol: Any
@@ -73,6 +79,7 @@ class BindInfo:
     builds: int = 0
     loads: int = 0
     reuses: int = 0
+    decisions: Dict[str, Decision] = field(default_factory=dict)
 
     def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Drop weights baked into engines from ``copy_params_from``'s dicts after checking them.
@@ -132,11 +139,14 @@ def optimize(request: BindRequest) -> BindInfo:
     """
     import mxnet as mx
 
-    if request.backend is None:
+    backend = request.backend
+    if backend is None:
         raise MxTrtError("a bind request needs a backend")
-    sym, backend, settings = request.symbol, request.backend, request.settings
-    params, shapes = request.params, request.shapes
     t0 = time.perf_counter()
+    cache = _engine_cache(request.settings)
+    request = _resolve_rule(request, cache)
+    sym, settings = request.symbol, request.settings
+    params, shapes = request.params, request.shapes
     timings: Dict[str, float] = {}
     plan = analyze(request)
     graph = plan.graph
@@ -158,22 +168,34 @@ def optimize(request: BindRequest) -> BindInfo:
     timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
 
     t1 = time.perf_counter()
-    cache = _engine_cache(settings)
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
     provider = EngineProvider(backend, request.device_id, cache, progress.phase)
     exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges,
                                 int8.export if int8 is not None else None)
+    rule = _MeasuredRule(request, plan, provider, exporter, int8, weights_np, ranges, cache,
+                         progress.phase) if settings.engine_rule == "measured" else None
     built: List[Tuple[Subgraph, FusedEngine]] = []
     failures: Dict[str, str] = {}
+    decisions: Dict[str, Decision] = {}
     for k, sg in enumerate(subgraphs):
         ins, outs = boundary(graph, sg.nodes, absorbed_ids)
         progress.start(k, sg.name, len(sg.nodes))
         logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
                     k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
         job = _job(sg, graph, ins, outs, digests_all, settings, int8, ranges, exporter)
+        sg_provider, sg_exporter, sg_settings, sg_int8 = provider, exporter, settings, int8
         try:
-            engine, source = provider.get(job)
+            if rule is None:
+                engine, source = provider.get(job)
+            else:
+                decision, chosen = rule.decide(sg, ins, outs, job, digests_all)
+                decisions[sg.name] = decision
+                logger.info("%s: %s%s", sg.name, decision.text, " (stored decision)" if decision.stored else "")
+                if chosen is None:
+                    failures[sg.name] = decision.text
+                    continue
+                engine, source, (sg_provider, sg_exporter, sg_settings, sg_int8) = chosen
         except MxTrtError as exc:
             failures[sg.name] = str(exc)
             logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
@@ -185,8 +207,8 @@ def optimize(request: BindRequest) -> BindInfo:
         fused.build_count = int(source == "built")
         # executor.reshape to a batch this engine does not take builds one for it (static, or
         # over a widened profile when profiles were asked for).
-        fused.rebuild = _Rebuilder(exporter, provider, sg, absorbed_ids, settings,
-                                   ranges if engine.batch_ranges else [], digests_all, int8)
+        fused.rebuild = _Rebuilder(sg_exporter, sg_provider, sg, absorbed_ids, sg_settings,
+                                   ranges if engine.batch_ranges else [], digests_all, sg_int8)
         if not ranges:
             fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
         built.append((sg, fused))
@@ -210,7 +232,10 @@ def optimize(request: BindRequest) -> BindInfo:
     digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
     info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
                     native_failures=failures, backend=backend.name, timings=timings,
-                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses)
+                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses, decisions=decisions)
+    if rule is not None:
+        info.builds, info.loads, info.reuses = rule.counts()
+        timings["measure"] = rule.measurer.spent_s
     inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
     logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s",
                 len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
@@ -301,6 +326,65 @@ def _engine_cache(settings: Settings) -> Any:
         return None
 
 
+def _resolve_rule(request: BindRequest, cache: Any) -> BindRequest:
+    """``request`` with the cost rule instead of the measured one when there is no plan cache to keep decisions."""
+    if request.settings.engine_rule != "measured" or cache is not None:
+        return request
+    logger.info("engine rule: measured needs the plan cache to keep its decisions, and it is disabled: the cost "
+                "rule decides instead")
+    return dataclasses.replace(request, settings=dataclasses.replace(request.settings, engine_rule="cost"))
+
+
+class _MeasuredRule:
+    """The measured rule's side of the engine loop: candidate jobs per subgraph, their providers and exporters."""
+
+    def __init__(self, request: BindRequest, plan: Plan, provider: EngineProvider, exporter: SubgraphExporter,
+                 int8: Optional[Int8Setup], weights_np: Any, ranges: Sequence[Any], cache: Any, progress: Any) -> None:
+        settings = request.settings
+        self.request, self.plan, self.ranges, self.int8 = request, plan, ranges, int8
+        self.settings32 = dataclasses.replace(settings, fp16=False, int8=False)
+        self.providers: Dict[str, EngineProvider] = {provider.backend.name: provider}
+        device = request.ctx.device_type if request.ctx is not None else "cpu"
+        try:
+            others = candidate_backends(device, settings.backend)
+        except MxTrtError:
+            others = []
+        for b in others:
+            if b.name not in self.providers:
+                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress)
+        self.exporter = exporter
+        self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
+            request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
+        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers)
+
+    def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
+               digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
+        """The decision for ``sg``; unless native, (engine, source, (provider, exporter, settings, int8 setup))."""
+        settings = self.request.settings
+        graph = self.plan.graph
+        jobs: Dict[Tuple[str, str], SubgraphJob] = {}
+        first = next(iter(self.providers))  # the bind's own backend, which the analysis asked
+        for name, provider in self.providers.items():
+            if name != first and not _holds(provider.backend, graph, sg.nodes):
+                continue  # the analysis asked the bind's backend only: another may not hold every tensor type
+            jobs[(name, settings.precision)] = job
+            if settings.precision != "fp32":
+                jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
+                                            self.exporter32)
+        decision, chosen = self.measurer.decide(sg, ins, outs, jobs)
+        if chosen is None:
+            return decision, None
+        engine, source, (backend, precision) = chosen
+        fp32 = precision == "fp32" and settings.precision != "fp32"
+        return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
+                                           self.settings32 if fp32 else settings, None if fp32 else self.int8))
+
+    def counts(self) -> Tuple[int, int, int]:
+        """Engines built, loaded and reused over every candidate backend."""
+        ps = list(self.providers.values())
+        return sum(p.builds for p in ps), sum(p.loads for p in ps), sum(p.reuses for p in ps)
+
+
 def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],
          settings: Settings, int8: Optional[Int8Setup], ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
     used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
@@ -310,6 +394,16 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
                        weight_views=exporter.weight_views)
+
+
+def _holds(backend: Any, graph: Graph, nodes: Sequence[int]) -> bool:
+    """Whether ``backend``'s engines hold every tensor type that ``nodes`` read and write."""
+    for n in nodes:
+        node = graph.nodes[n]
+        entries = list(node.inputs) + [Entry(n, k) for k in range(node.num_outputs)]
+        if any(graph.dtypes.get(e, "float32") not in backend.tensor_dtypes for e in entries):
+            return False
+    return True
 
 
 def _baked_heads(graph: Graph, absorbed: Set[int]) -> Set[str]:

@@ -25,6 +25,7 @@ from mx_trt.build.backends import BACKENDS, select_backend
 from mx_trt.build.backends import openvino as ov_backend
 from mx_trt.build.backends.base import BuildOptions
 from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.build.cpus import engine_threads
 from mx_trt.errors import BackendUnavailableError, EngineBuildError
 from mx_trt.frontends.hook import disabled
 from tests.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn
@@ -168,7 +169,7 @@ def test_engine_is_compiled_for_float32_latency_on_the_usable_cpus(monkeypatch):
     compiled = mx_trt.bind_info(exe).engines[0].engine.compiled
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
     assert str(compiled.get_property("PERFORMANCE_HINT")).endswith("LATENCY")
-    assert compiled.get_property("INFERENCE_NUM_THREADS") == ov_backend.usable_cpus()
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == engine_threads()
 
 
 def test_gluon_takes_the_backend_option(monkeypatch):
@@ -344,3 +345,90 @@ def test_tensors_of_types_openvino_narrows_stay_native():
         spec = OpSpec(name="c", op="Cast", attrs={}, in_shapes=((2,),), in_dtypes=("float32",), out_shapes=((2,),),
                       out_dtypes=(dt,))
         assert "openvino engines do not hold" in b.dtype_reason(spec)
+
+
+# --------------------------------------------------------------------------- the measured rule
+
+
+class StubTimer:
+    """Runs MXNet and each candidate once (so each really runs), then reports fixed medians."""
+
+    def __init__(self, native_ms, engine_ms):
+        self.native_ms, self.engine_ms, self.counts = native_ms, list(engine_ms), []
+
+    def __call__(self, native, engines, seconds):
+        self.counts.append(len(engines))
+        native()
+        for run in engines:
+            run()
+        return self.native_ms, self.engine_ms[:len(engines)]
+
+
+def _measured_bind(monkeypatch, tmp_path, timer, sym=None, shapes=None):
+    from mx_trt.pipeline import measure
+
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "default_timer", timer)
+    if sym is None:
+        sym, shapes = conv_bn(), {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes, 0)
+    x = _data(shapes["data"])
+    exe, got = _bind(sym, shapes, args, aux, x)
+    close(got[0], _native(sym, shapes, args, aux, x)[0])
+    return mx_trt.bind_info(exe)
+
+
+def test_measured_rule_times_openvino_after_onnxruntime_and_keeps_the_faster(monkeypatch, tmp_path):
+    timer = StubTimer(10.0, [5.0, 3.0])  # MXNet, then onnxruntime, then openvino
+    info = _measured_bind(monkeypatch, tmp_path, timer)
+    assert timer.counts == [2]
+    (decision,) = info.decisions.values()
+    assert decision.engine_ms == {"onnxruntime fp32": 5.0, "openvino fp32": 3.0}
+    assert decision.engine == ("openvino", "fp32")
+    (fused,) = info.engines
+    assert isinstance(fused.engine, ov_backend.OpenVinoEngine) and fused.run_count >= 1
+
+    # A warm bind applies the stored decision and loads the compiled model: nothing timed, nothing built.
+    def no_timing(*a):
+        raise AssertionError("a warm bind must not time anything")
+
+    engines.clear_pool()
+    again = _measured_bind(monkeypatch, tmp_path, no_timing)
+    (decision,) = again.decisions.values()
+    assert decision.stored and decision.engine == ("openvino", "fp32")
+    assert again.builds == 0 and again.loads == 1
+    assert isinstance(again.engines[0].engine, ov_backend.OpenVinoEngine)
+
+
+def test_measured_rule_keeps_onnxruntime_where_it_is_faster(monkeypatch, tmp_path):
+    info = _measured_bind(monkeypatch, tmp_path, StubTimer(10.0, [3.0, 5.0]))
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("onnxruntime", "fp32")
+    assert not isinstance(info.engines[0].engine, ov_backend.OpenVinoEngine)
+
+
+def test_without_the_measured_rule_onnxruntime_stays_the_default(monkeypatch):
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    _env(monkeypatch)
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND")
+    sym, shapes = mlp(), {"data": (2, 512)}
+    args, aux = random_params(sym, shapes, 0)
+    exe, _ = _bind(sym, shapes, args, aux, _data(shapes["data"]))
+    info = mx_trt.bind_info(exe)
+    assert info.backend == "onnxruntime" and not isinstance(info.engines[0].engine, ov_backend.OpenVinoEngine)
+
+
+def test_measured_rule_leaves_out_openvino_for_int64_tensors(monkeypatch, tmp_path):
+    # ONNX Runtime holds int64; OpenVINO's CPU plugin would compute it in int32: not a candidate.
+    x = mx.sym.var("data")
+    h = mx.sym.FullyConnected(x, num_hidden=32, name="fc1")
+    r = mx.sym.Cast(mx.sym.Cast(h, dtype="int64", name="to_i64") + 1, dtype="float32", name="to_f32")
+    sym = mx.sym.FullyConnected(r, num_hidden=8, name="fc2")
+    timer = StubTimer(10.0, [5.0, 3.0])
+    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (2, 16)})
+    decisions = list(info.decisions.values())
+    assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions
+    assert not any(isinstance(e.engine, ov_backend.OpenVinoEngine) for e in info.engines)

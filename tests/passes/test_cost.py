@@ -64,3 +64,26 @@ def test_a_cheaper_hop_makes_more_engines():
     spec = [("x", "null", [])] + [(f"s{i}", "slice_axis", [f"s{i - 1}" if i else "x"]) for i in range(6)]
     g = _shaped(make(spec), (1, 4))
     assert worth_an_engine(g, [1, 2, 3, 4, 5, 6], graph_macs(g), CostModel(hop_us=1.0)) is None
+
+
+def test_measured_choice_keeps_the_faster_side():
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    best, why = choose_measured(3.2, [Timed("onnxruntime", "fp32", 4.1)])
+    assert best is None and why == "kept native: engine 1.28x slower, measured 4.10 vs 3.20 ms (onnxruntime fp32)"
+    best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 2.0), Timed("other", "fp32", 1.0)])
+    assert best == Timed("other", "fp32", 1.0) and "4.00x faster" in why
+    # a tie goes to MXNet
+    assert choose_measured(2.0, [Timed("onnxruntime", "fp32", 2.0)])[0] is None
+
+
+def test_measured_choice_drops_reduced_precision_slower_than_fp32():
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    int8, fp32 = Timed("onnxruntime", "int8", 6.0), Timed("onnxruntime", "fp32", 5.0)
+    best, why = choose_measured(10.0, [int8, fp32])
+    assert best == fp32 and "int8 1.20x slower than fp32" in why
+    best, _ = choose_measured(10.0, [Timed("onnxruntime", "int8", 2.0), fp32])
+    assert best is not None and best.precision == "int8"
+    # int8 beats fp32 yet both lose to MXNet: native
+    assert choose_measured(1.0, [Timed("onnxruntime", "int8", 2.0), fp32])[0] is None

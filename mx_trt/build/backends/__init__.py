@@ -4,17 +4,19 @@
 name                    engines                                        contexts
 ======================  =============================================  ==============
 ``onnxruntime``         ONNX Runtime, CPU execution provider            ``mx.cpu()``
-``openvino``            OpenVINO, CPU plugin (optional, by name)        ``mx.cpu()``
+``openvino``            OpenVINO, CPU plugin (optional)                 ``mx.cpu()``
 ``tensorrt``            TensorRT 10+ (``tensorrt``)                     ``mx.gpu(i)``
 ``tensorrt_rtx``        TensorRT-RTX (``tensorrt_rtx_bindings``)        ``mx.gpu(i)``
 ======================  =============================================  ==============
 
-GPU contexts take the first available of ``tensorrt``, ``tensorrt_rtx``.
+CPU contexts take ``onnxruntime`` by default, ``openvino`` where ONNX Runtime is
+missing; the measured engine rule times both where both are installed. GPU
+contexts take the first available of ``tensorrt``, ``tensorrt_rtx``.
 """
 from __future__ import annotations
 
 import logging
-from typing import Dict, Optional, Type
+from typing import Dict, List, Optional, Type
 
 from mx_trt.errors import BackendUnavailableError
 from mx_trt.build.backends.base import Backend, Buffer, BuildOptions, Engine, TensorSpec
@@ -31,7 +33,39 @@ BACKENDS: Dict[str, Type[Backend]] = {
     TensorRTRTXBackend.name: TensorRTRTXBackend,
 }
 
-__all__ = ["Backend", "Buffer", "BuildOptions", "Engine", "TensorSpec", "BACKENDS", "select_backend"]
+__all__ = ["Backend", "Buffer", "BuildOptions", "Engine", "TensorSpec", "BACKENDS", "candidate_backends",
+           "select_backend"]
+
+#: Backends for each device type, in order of preference: the first available is the
+#: default (:func:`select_backend`), and the measured engine rule times every available one.
+PREFERENCE: Dict[str, List[str]] = {
+    "cpu": ["onnxruntime", "openvino"],
+    "gpu": ["tensorrt", "tensorrt_rtx"],
+}
+
+
+def candidate_backends(device_type: str, forced: Optional[str] = None) -> List[Backend]:
+    """Every backend that can serve ``device_type`` here, in order of preference.
+
+    The measured engine rule (:mod:`mx_trt.pipeline.measure`) builds and times
+    an engine of each for a subgraph and keeps the fastest, if it beats MXNet.
+
+    Args:
+        device_type: ``"cpu"`` or ``"gpu"``.
+        forced: ``MXNET_TENSORRT_BACKEND``, if set: then that backend alone.
+
+    Raises:
+        BackendUnavailableError: as :func:`select_backend`.
+    """
+    first = select_backend(device_type, forced)
+    if forced or device_type != "cpu":  # a TensorRT build takes minutes: GPUs time their default backend only
+        return [first]
+    out = [first]
+    for name in PREFERENCE.get(device_type, []):
+        cls = BACKENDS.get(name)
+        if cls is not None and name != first.name and cls.unavailable_reason() is None:
+            out.append(cls())
+    return out
 
 
 def select_backend(device_type: str, forced: Optional[str] = None) -> Backend:
@@ -53,7 +87,7 @@ def select_backend(device_type: str, forced: Optional[str] = None) -> Backend:
         if reason:
             raise BackendUnavailableError(f"MXNET_TENSORRT_BACKEND={forced!r} cannot be used: {reason}")
         return cls()
-    order = ["onnxruntime"] if device_type == "cpu" else [n for n in ("tensorrt", "tensorrt_rtx") if n in BACKENDS]
+    order = [n for n in PREFERENCE.get(device_type, []) if n in BACKENDS]
     reasons = []
     for name in order:
         cls = BACKENDS[name]

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt.build.cpus import engine_threads
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
@@ -53,8 +54,12 @@ logger = logging.getLogger(__name__)
 
 
 def _threads() -> int:
-    """``MXNET_TENSORRT_ORT_THREADS``: threads per engine, 0 (default) for ONNX Runtime's own choice."""
-    return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
+    """Threads per engine: ``MXNET_TENSORRT_ORT_THREADS``, or with 0 (default) the CPUs this process may use.
+
+    ONNX Runtime's own default counts the machine's cores, whatever the process's
+    affinity mask or its container's CPU quota (:func:`mx_trt.build.cpus.engine_threads`).
+    """
+    return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
 
 
 #: ONNX Runtime's tag for external data that lives in memory: ``offset`` is the address.

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt.build.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
 from mx_trt.build.backends.base import (
@@ -72,22 +73,6 @@ def _ov_core() -> Any:
 
             _core = ov.Core()
         return _core
-
-
-def usable_cpus() -> int:
-    """CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota (``cpu.max``)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="utf-8") as f:
-            quota, period = (f.read().split() + ["100000"])[:2]
-        if quota != "max" and int(period) > 0:
-            n = min(n, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
-    return max(1, n)
 
 
 def _cpu_info() -> Tuple[str, str]:
@@ -240,7 +225,7 @@ class OpenVinoBackend(Backend):
         return f"{platform.system()}-{platform.machine()}-{model}-{isa}"
 
     def build(self, exported: Any, options: BuildOptions) -> Engine:
-        threads = int(options.extra.get("threads") or usable_cpus())
+        threads = int(options.extra.get("threads") or engine_threads())
         config = compile_config(options.fp16, threads)
         inputs = [TensorSpec(*s) for s in exported.input_specs]
         outputs = [TensorSpec(*s) for s in exported.output_specs]
@@ -263,7 +248,7 @@ class OpenVinoBackend(Backend):
             raise EngineBuildError(f"{options.name}: stored engine format {meta.get('format')!r} is not this version's")
         config = dict(meta.get("config") or {})
         # Threads follow this process, not the one that built the engine.
-        config["INFERENCE_NUM_THREADS"] = int(options.extra.get("threads") or usable_cpus())
+        config["INFERENCE_NUM_THREADS"] = int(options.extra.get("threads") or engine_threads())
         path = os.path.join(directory, str(meta.get("file", BLOB)))
         try:
             with open(path, "rb") as f:

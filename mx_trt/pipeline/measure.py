@@ -1,0 +1,362 @@
+"""The measured engine rule: each engine is timed against MXNet running the same subgraph, and kept only when faster.
+
+For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
+
+1. Its decision is looked up in the plan cache, under a key over the plan-cache
+   keys of every candidate engine (subgraph, bound shapes, weights, precision,
+   backend and its version, device) and the CPUs the process may use. A decision
+   found there is applied without timing anything: MXNet, or the chosen engine
+   (from the pool, the plan cache, or built).
+2. Otherwise every candidate engine is built (each backend of
+   :func:`~mx_trt.build.backends.candidate_backends`, at the precision asked for
+   and, for fp16 and int8, at fp32 as well) and bound as a fused node alone in an
+   MXNet executor. The subgraph's own MXNet symbol is bound natively with the
+   same weights, on the same input shapes (random inputs). After warm-up runs the
+   executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
+   :data:`SUBGRAPH_SECONDS`; the medians decide (:func:`mx_trt.passes.cost.choose_measured`).
+3. The decision and every timing are stored as a small plan-cache entry; the
+   entries of engines not chosen are removed.
+
+The timing is bounded: a bind spends at most :data:`BIND_SECONDS` running
+subgraphs for it. Subgraphs left when that is spent, and those whose native
+symbol MXNet cannot bind alone, are decided by the cost rule
+(:func:`mx_trt.passes.cost.worth_an_engine`) and not stored, so a later bind
+measures them.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mx_trt.build.backends.base import Engine
+from mx_trt.build.cpus import engine_threads
+from mx_trt.build.engines import EngineProvider, SubgraphJob
+from mx_trt.cache import make_key
+from mx_trt.errors import CacheError, MxTrtError
+from mx_trt.export.subgraph import entry_name
+from mx_trt.graph.importer import graph_to_json
+from mx_trt.passes.cost import Timed, choose_measured, graph_macs, worth_an_engine
+from mx_trt.passes.ir import Entry, Graph, Node
+from mx_trt.passes.partition import Subgraph
+from mx_trt.runtime.fused_op import OP_TYPE, register_engine
+
+logger = logging.getLogger(__name__)
+
+#: Untimed runs of each executor first.
+WARMUP = 2
+#: Timed runs of each executor: at least, and at most.
+MIN_RUNS, MAX_RUNS = 3, 25
+#: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
+SUBGRAPH_SECONDS = 1.0
+#: Seconds of a bind spent measuring (binds and runs), after which the cost rule decides.
+BIND_SECONDS = 30.0
+#: Version of the stored decisions.
+DECISION_FORMAT = 1
+
+#: ``(backend name, precision)`` of one candidate engine.
+Candidate = Tuple[str, str]
+
+
+@dataclass
+class Decision:
+    """What the rule decided for one subgraph.
+
+    Attributes:
+        subgraph: Its name.
+        engine: ``(backend, precision)`` of the engine kept, or ``None``: MXNet runs it.
+        native_ms: Median latency of MXNet running the subgraph alone (``None`` unless measured).
+        engine_ms: Median latency per candidate (``"backend precision"`` -> ms).
+        how: ``measured``, or ``cost`` (the estimate decided: budget spent, or not measurable).
+        text: The decision in words, as logged.
+        stored: Read from the plan cache (nothing timed at this bind).
+        seconds: Time spent measuring it at this bind.
+    """
+
+    subgraph: str
+    engine: Optional[Candidate]
+    native_ms: Optional[float] = None
+    engine_ms: Dict[str, float] = field(default_factory=dict)
+    how: str = "measured"
+    text: str = ""
+    stored: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"format": DECISION_FORMAT, "engine": list(self.engine) if self.engine else None,
+                "native_ms": self.native_ms, "engine_ms": dict(self.engine_ms), "how": self.how, "text": self.text}
+
+    @classmethod
+    def from_json(cls, name: str, doc: Mapping[str, Any]) -> Optional["Decision"]:
+        """The stored decision, or ``None`` when it is of another format or malformed."""
+        try:
+            if int(doc.get("format", -1)) != DECISION_FORMAT:
+                return None
+            eng = doc.get("engine")
+            engine = (str(eng[0]), str(eng[1])) if eng else None
+            native = doc.get("native_ms")
+            return cls(name, engine, float(native) if native is not None else None,
+                       {str(k): float(v) for k, v in dict(doc.get("engine_ms") or {}).items()},
+                       str(doc.get("how", "measured")), str(doc.get("text", "")), stored=True)
+        except (TypeError, ValueError, IndexError, AttributeError):
+            return None
+
+
+def subgraph_graph(graph: Graph, nodes: Sequence[int], ins: Sequence[Entry], outs: Sequence[Entry]) -> Graph:
+    """The subgraph as a graph of its own: its boundary inputs and the weights it reads become variables.
+
+    Boundary inputs are named as the fused node names them
+    (:func:`~mx_trt.export.subgraph.entry_name`), weights keep their names, so
+    one feed dictionary serves both executors. O(len(nodes) + their inputs).
+    """
+    new: List[Node] = []
+    remap: Dict[Entry, Entry] = {}
+
+    def variable(name: str) -> Entry:
+        new.append(Node(id=len(new), name=name, op="null"))
+        return Entry(len(new) - 1, 0)
+
+    for e in ins:
+        remap[e] = variable(entry_name(graph, e))
+    shapes: Dict[Entry, Tuple[int, ...]] = {}
+    dtypes: Dict[Entry, str] = {}
+    for nid in sorted(nodes):
+        node = graph.nodes[nid]
+        inputs = []
+        for e in node.inputs:
+            if e not in remap:  # a weight baked into the engine (absorbed variable)
+                remap[e] = variable(graph.nodes[e.node].name)
+            inputs.append(remap[e])
+        new.append(Node(id=len(new), name=node.name, op=node.op, attrs=dict(node.attrs), inputs=tuple(inputs),
+                        num_outputs=node.num_outputs))
+        for k in range(node.num_outputs):
+            remap[Entry(nid, k)] = Entry(len(new) - 1, k)
+    for old, e in remap.items():
+        if old in graph.shapes:
+            shapes[e] = graph.shapes[old]
+        if old in graph.dtypes:
+            dtypes[e] = graph.dtypes[old]
+    return Graph(nodes=new, heads=[remap[e] for e in outs], shapes=shapes, dtypes=dtypes)
+
+
+def _feeds(graph: Graph, params: Mapping[str, Any], seed: int = 0) -> Dict[str, Any]:
+    """A value for every variable of ``graph``: the caller's weight, else random floats (zeros for integers)."""
+    rng = np.random.RandomState(seed)
+    out: Dict[str, Any] = {}
+    for n in graph.nodes:
+        if not n.is_variable:
+            continue
+        if n.name in params:
+            out[n.name] = params[n.name]
+            continue
+        shape = graph.shapes[Entry(n.id, 0)]
+        dt = np.dtype(graph.dtypes.get(Entry(n.id, 0), "float32"))
+        out[n.name] = rng.standard_normal(shape).astype(dt) if dt.kind == "f" else np.zeros(shape, dt)
+    return out
+
+
+def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[str, Any]) -> Callable[[], None]:
+    """MXNet's own bind of ``sym`` with ``feeds`` copied in; returns one waited-for inference forward."""
+    import mxnet as mx
+
+    args, aux = set(sym.list_arguments()), set(sym.list_auxiliary_states())
+    shapes = {k: tuple(v.shape) for k, v in feeds.items() if k in args}
+    types = {k: np.dtype(v.dtype).type for k, v in feeds.items() if k in args}
+    exe = native_bind(sym, ctx, grad_req="null", type_dict=types, **shapes)
+    for name, value in feeds.items():
+        dst = exe.arg_dict.get(name) if name in args else exe.aux_dict.get(name) if name in aux else None
+        if dst is not None:
+            dst[:] = value if isinstance(value, mx.nd.NDArray) else np.asarray(value)
+
+    def run() -> None:
+        exe.forward(is_train=False)
+        for o in exe.outputs:
+            o.wait_to_read()
+
+    run.executor = exe  # type: ignore[attr-defined]  # keeps the executor alive with the closure
+    return run
+
+
+def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
+              max_runs: int = MAX_RUNS, warmup: int = WARMUP,
+              clock: Callable[[], float] = time.perf_counter) -> List[float]:
+    """Median milliseconds of each of ``fns``, run alternately after ``warmup`` untimed runs each.
+
+    Rounds continue until ``max_runs``, or until ``seconds`` have passed once
+    ``min_runs`` are done; so drift (another process) hits every function alike.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
+    start = clock()
+    for r in range(max_runs):
+        if r >= min_runs and clock() - start >= seconds:
+            break
+        for i, fn in enumerate(fns):
+            t = clock()
+            fn()
+            times[i].append((clock() - t) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
+#: ``(native forward, [engine forward per candidate]) -> (native ms, [ms per candidate])``: how a
+#: subgraph is timed (tests replace it with a deterministic timer).
+Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float]]]
+
+
+def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]], seconds: float) -> Tuple[float, List[float]]:
+    """:func:`alternate` over MXNet and the engines."""
+    med = alternate([native, *engines], seconds)
+    return med[0], med[1:]
+
+
+class Measurer:
+    """Applies the measured rule to the subgraphs of one bind.
+
+    Args:
+        graph: The bind's graph (bound shapes).
+        params: The caller's weights by name (NDArrays or arrays).
+        ctx: The bind's context.
+        native_bind: MXNet's own ``simple_bind`` (the request's).
+        cache: The plan cache (decisions are stored there), or ``None``.
+        providers: Backend name -> its :class:`EngineProvider`, in order of preference.
+        timer: How a subgraph is timed (``None``: this module's :func:`default_timer`).
+        budget_s: Seconds this bind may spend measuring (``None``: :data:`BIND_SECONDS`).
+    """
+
+    def __init__(self, graph: Graph, params: Mapping[str, Any], ctx: Any, native_bind: Optional[Callable[..., Any]],
+                 cache: Any, providers: Mapping[str, EngineProvider], timer: Optional[Timer] = None,
+                 budget_s: Optional[float] = None) -> None:
+        self.graph, self.params, self.ctx, self.native_bind = graph, params, ctx, native_bind
+        self.cache, self.providers = cache, dict(providers)
+        self.timer: Timer = timer if timer is not None else default_timer
+        self.budget_s = BIND_SECONDS if budget_s is None else budget_s
+        self.spent_s = 0.0
+        self.timed = 0
+        self._macs: Optional[Dict[int, int]] = None
+
+    def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob]) -> str:
+        keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
+        return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
+                         "cpus": engine_threads()})
+
+    def _stored(self, key: str, name: str) -> Optional[Decision]:
+        if self.cache is None:
+            return None
+        entry = self.cache.get(key)
+        if entry is None:
+            return None
+        doc = entry.meta.get("decision")
+        decision = Decision.from_json(name, doc) if isinstance(doc, Mapping) else None
+        if decision is None:
+            logger.info("%s: stored decision %s is of another format; measuring again", name, key[:12])
+        return decision
+
+    def _store(self, key: str, decision: Decision) -> None:
+        if self.cache is None or self.cache.read_only:
+            return
+        try:
+            self.cache.put(key, {"decision": decision.to_json(), "decision_for": decision.subgraph}, {})
+        except CacheError:
+            pass  # put() logged why; the next bind measures again
+
+    def _cost_rule(self, sg: Subgraph, why: str, first: Candidate) -> Decision:
+        """The cost rule's verdict (``first`` is the engine it keeps); not stored."""
+        if self._macs is None:
+            self._macs = graph_macs(self.graph)
+        reason = worth_an_engine(self.graph, sg.nodes, self._macs)
+        return Decision(sg.name, None if reason else first, how="cost",
+                        text=f"{why}: the cost estimate decides: " + (f"kept native, {reason}" if reason
+                                                                        else "engine kept"))
+
+    def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry],
+               jobs: Mapping[Candidate, SubgraphJob]) -> Tuple[Decision, Optional[Tuple[Engine, str, Candidate]]]:
+        """The decision for ``sg`` and, unless MXNet keeps it, its engine, the engine's source and its candidate.
+
+        Args:
+            jobs: One job per candidate ``(backend, precision)``, in order of preference.
+
+        Raises:
+            MxTrtError: every candidate engine failed to build (the subgraph then stays native).
+        """
+        key = self._decision_key(jobs)
+        stored = self._stored(key, sg.name)
+        if stored is not None:
+            if stored.engine is None:
+                return stored, None
+            job = jobs.get(stored.engine)
+            if job is not None:
+                eng, source = self.providers[stored.engine[0]].get(job)
+                return stored, (eng, source, stored.engine)
+        t0 = time.perf_counter()
+        built: List[Tuple[Candidate, Engine, str]] = []
+        errors: List[str] = []
+        for cand, job in jobs.items():
+            try:
+                eng, source = self.providers[cand[0]].get(job)
+            except MxTrtError as exc:
+                errors.append(f"{cand[0]} {cand[1]}: {exc}")
+                logger.info("%s: the %s %s engine failed to build: %s", sg.name, cand[0], cand[1], exc)
+                continue
+            built.append((cand, eng, source))
+        if not built:
+            raise MxTrtError("; ".join(errors))
+        if self.spent_s >= self.budget_s:
+            decision = self._cost_rule(sg, f"measuring budget of {self.budget_s:.0f} s spent", built[0][0])
+        else:
+            decision = self._measure(sg, ins, outs, built, key)
+        decision.seconds = time.perf_counter() - t0
+        self.spent_s += decision.seconds
+        chosen = next(((e, s, c) for c, e, s in built if c == decision.engine), None)
+        self._drop_unchosen(built, jobs, decision.engine)
+        return decision, chosen
+
+    def _measure(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry],
+                 built: Sequence[Tuple[Candidate, Engine, str]], key: str) -> Decision:
+        import mxnet as mx
+
+        sub = subgraph_graph(self.graph, sg.nodes, ins, outs)
+        feeds = _feeds(sub, self.params)
+        in_names = [entry_name(self.graph, e) for e in ins]
+        out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
+        try:
+            if self.native_bind is None:
+                raise MxTrtError("the request has no native bind")
+            native = _bind(self.native_bind, mx.sym.load_json(graph_to_json(sub)), self.ctx, feeds)
+            runs = []
+            for cand, eng, _ in built:
+                fused = register_engine(f"{sg.name}_timed", eng, in_names, out_names)
+                node = mx.sym.Custom(*[mx.sym.var(n) for n in in_names], op_type=OP_TYPE, mx_trt_engine=fused.key,
+                                     name=f"{sg.name}_timed")
+                run = _bind(self.native_bind, node, self.ctx, {n: feeds[n] for n in in_names})
+                run.fused = fused  # type: ignore[attr-defined]  # the registry holds it weakly
+                runs.append(run)
+            seconds = min(SUBGRAPH_SECONDS, max(0.0, self.budget_s - self.spent_s))
+            native_ms, engine_ms = self.timer(native, runs, seconds)
+        except Exception as exc:  # MXNet cannot bind or run the subgraph alone: estimate instead
+            logger.info("%s: not measured (%s: %s)", sg.name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            return self._cost_rule(sg, "not measurable alone", built[0][0])
+        self.timed += 1
+        timed = [Timed(c[0], c[1], ms) for (c, _, _), ms in zip(built, engine_ms)]
+        best, text = choose_measured(native_ms, timed)
+        decision = Decision(sg.name, (best.backend, best.precision) if best else None, native_ms,
+                            {t.label: t.ms for t in timed}, "measured", text)
+        self._store(key, decision)
+        return decision
+
+    def _drop_unchosen(self, built: Sequence[Tuple[Candidate, Engine, str]], jobs: Mapping[Candidate, SubgraphJob],
+                       chosen: Optional[Candidate]) -> None:
+        """Remove the stored engines that were not chosen: a later bind never loads them."""
+        if self.cache is None or self.cache.read_only:
+            return
+        for cand, _, _ in built:
+            if cand != chosen:
+                try:
+                    self.cache.discard(self.providers[cand[0]].cache_key(jobs[cand]))
+                except CacheError:
+                    pass

@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_cpu_backends.py [--models resnet50_v1,mobilenetv2_1.0] [--batches 1,8]
-        [--rounds 15] [--threads N] [--json OUT.json]
+        [--rounds 15] [--threads N] [--busy] [--json OUT.json]
 
 For each model-zoo network (seeded random weights, tests/models/test_model_zoo.py)
 and batch, the pass's own analysis and exporter make one static ONNX model of the
@@ -14,7 +14,9 @@ node calls them. Runs alternate between the backends, the order swapping every
 round, after a warm-up of each, so that load from other processes falls on both
 alike. Printed: the median and fastest milliseconds of each, the ratio of medians
 (ONNX Runtime / OpenVINO: above 1 means OpenVINO is faster), the largest difference
-between their outputs, and the machine's load average before and after.
+between their outputs, and the machine's load average before and after. With
+``--busy`` each pair is timed again while a helper process keeps one core busy
+(benchmarks/busy.py, bounded: it stops by itself).
 """
 from __future__ import annotations
 
@@ -106,7 +108,15 @@ def time_interleaved(engines: Dict[str, Any], x: np.ndarray, rounds: int, warmup
     return times, gap
 
 
-def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: int) -> List[Dict[str, Any]]:
+def _summary(times: Dict[str, List[float]]) -> Dict[str, Any]:
+    med = {n: statistics.median(v) for n, v in times.items()}
+    return {"median_ms": med, "min_ms": {n: min(v) for n, v in times.items()},
+            "onnxruntime/openvino": med["onnxruntime"] / med["openvino"]}
+
+
+def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: int,
+          busy: bool = False) -> List[Dict[str, Any]]:
+    from benchmarks.busy import BusyCore
     from tests.models.test_model_zoo import zoo_model
 
     rows = []
@@ -118,25 +128,29 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: i
             engines = build_engines(exported, threads)
             x = np.random.RandomState(b).uniform(-1, 1, shape).astype(np.float32)
             times, gap = time_interleaved(engines, x, rounds)
-            med = {n: statistics.median(v) for n, v in times.items()}
-            row = {"model": model, "batch": b, "threads": threads, "rounds": rounds,
-                   "median_ms": med, "min_ms": {n: min(v) for n, v in times.items()},
-                   "onnxruntime/openvino": med["onnxruntime"] / med["openvino"], "max_output_gap": gap}
+            row = {"model": model, "batch": b, "threads": threads, "rounds": rounds, **_summary(times),
+                   "max_output_gap": gap}
+            if busy:
+                with BusyCore(seconds=600):
+                    row["busy"] = _summary(time_interleaved(engines, x, rounds)[0])
             rows.append(row)
-            logger.info("%s batch %d: onnxruntime %.1f ms, openvino %.1f ms (medians), ratio %.2f, gap %.2g",
-                        model, b, med["onnxruntime"], med["openvino"], row["onnxruntime/openvino"], gap)
+            for label, r in [("", row)] + ([(" one core busy", row["busy"])] if busy else []):
+                med = r["median_ms"]
+                logger.info("%s batch %d%s: onnxruntime %.1f ms, openvino %.1f ms (medians), ratio %.2f", model, b,
+                            label, med["onnxruntime"], med["openvino"], r["onnxruntime/openvino"])
             del engines, exported
     return rows
 
 
 def table(rows: Sequence[Dict[str, Any]]) -> str:
-    lines = ["| model | batch | threads | ONNX Runtime ms (median / min) | OpenVINO ms (median / min) "
-             "| ONNX Runtime / OpenVINO | max output gap |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | threads | condition | ONNX Runtime ms (median / min) | OpenVINO ms (median / min) "
+             "| ONNX Runtime / OpenVINO | max output gap |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        m, lo = r["median_ms"], r["min_ms"]
-        lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {m['onnxruntime']:.1f} / {lo['onnxruntime']:.1f} "
-                     f"| {m['openvino']:.1f} / {lo['openvino']:.1f} | {r['onnxruntime/openvino']:.2f} "
-                     f"| {r['max_output_gap']:.2g} |")
+        for cond, s in [("as found", r)] + ([("one core busy", r["busy"])] if "busy" in r else []):
+            m, lo = s["median_ms"], s["min_ms"]
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {cond} "
+                         f"| {m['onnxruntime']:.1f} / {lo['onnxruntime']:.1f} | {m['openvino']:.1f} / {lo['openvino']:.1f} "
+                         f"| {s['onnxruntime/openvino']:.2f} | {r['max_output_gap']:.2g} |")
     return "\n".join(lines)
 
 
@@ -148,11 +162,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", type=int, default=engine_threads())
+    p.add_argument("--busy", action="store_true", help="also time with one core kept busy by a helper process")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     load_before = os.getloadavg()
-    rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads)
+    rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads, a.busy)
     load_after = os.getloadavg()
     print(table(rows))
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {engine_threads()}")

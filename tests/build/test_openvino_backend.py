@@ -432,3 +432,31 @@ def test_measured_rule_leaves_out_openvino_for_int64_tensors(monkeypatch, tmp_pa
     decisions = list(info.decisions.values())
     assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions
     assert not any(isinstance(e.engine, ov_backend.OpenVinoEngine) for e in info.engines)
+
+
+def test_measured_rule_runs_the_int8_graph_of_the_binds_backend_in_openvino(monkeypatch, tmp_path):
+    # The int8 export is made once, in ONNX Runtime's form (int32 biases); OpenVINO runs it as well.
+    n = prototype_cnn()
+    cal, _ = n["sample"](32, seed=7)
+    table = tmp_path / "table.json"
+    mx_trt.calibrate(n["sym"], (n["args"], n["aux"]), [cal[i:i + 8] for i in range(0, 32, 8)], out=table,
+                     progress=False)
+    x, _ = n["sample"](16, seed=11)
+    shapes = {"data": x.shape}
+    ref = _native(n["sym"], shapes, n["args"], n["aux"], x)[0]
+    monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "int8")
+    monkeypatch.setenv("MXNET_TENSORRT_CALIBRATION", str(table))
+    # Candidates: onnxruntime int8, onnxruntime fp32, openvino int8, openvino fp32.
+    timer = StubTimer(10.0, [4.0, 5.0, 2.0, 3.0])
+    from mx_trt.pipeline import measure
+
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(measure, "default_timer", timer)
+    exe, (got,) = _bind(n["sym"], shapes, n["args"], n["aux"], x)
+    info = mx_trt.bind_info(exe)
+    (decision,) = info.decisions.values()
+    assert timer.counts == [4] and decision.engine == ("openvino", "int8"), decision
+    assert COSINE_MIN < cosine(got, ref) < 1 - 1e-7

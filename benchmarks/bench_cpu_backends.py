@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_cpu_backends.py [--models resnet50_v1,mobilenetv2_1.0] [--batches 1,8]
-        [--rounds 15] [--threads N] [--busy] [--json OUT.json]
+        [--rounds 15] [--threads N] [--busy] [--cold-binds N] [--json OUT.json]
 
 For each model-zoo network (seeded random weights, tests/models/test_model_zoo.py)
 and batch, the pass's own analysis and exporter make one static ONNX model of the
@@ -16,7 +16,10 @@ alike. Printed: the median and fastest milliseconds of each, the ratio of median
 (ONNX Runtime / OpenVINO: above 1 means OpenVINO is faster), the largest difference
 between their outputs, and the machine's load average before and after. With
 ``--busy`` each pair is timed again while a helper process keeps one core busy
-(benchmarks/busy.py, bounded: it stops by itself).
+(benchmarks/busy.py, bounded: it stops by itself). ``--cold-binds N`` instead
+times N cold binds (a fresh plan cache each) of each model at the first batch
+under the measured engine rule, with ONNX Runtime alone as the CPU candidate and
+with OpenVINO beside it, alternating, and prints each bind's decision.
 """
 from __future__ import annotations
 
@@ -142,6 +145,43 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: i
     return rows
 
 
+def cold_binds(model: str, batch: int, repeats: int) -> Dict[str, List[float]]:
+    """Seconds of ``repeats`` cold binds with the candidates ``[onnxruntime]`` and ``[onnxruntime, openvino]``."""
+    import tempfile
+
+    import mxnet as mx
+
+    import mx_trt
+    from mx_trt.build import backends, engines
+    from mx_trt.settings import env_override
+    from tests.models.test_model_zoo import zoo_model
+
+    sym, args, aux, size = zoo_model(model)
+    variants = {"onnxruntime": ["onnxruntime"], "onnxruntime+openvino": ["onnxruntime", "openvino"]}
+    out: Dict[str, List[float]] = {k: [] for k in variants}
+    saved = backends.PREFERENCE["cpu"]
+    try:
+        for r in range(repeats):
+            for label in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
+                backends.PREFERENCE["cpu"] = variants[label]
+                engines.clear_pool()
+                with tempfile.TemporaryDirectory(prefix="mx_trt_cold_") as cache, env_override(
+                        {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured",
+                         "MXNET_TENSORRT_CACHE_DIR": cache, "MXNET_TENSORRT_BACKEND": None}):
+                    t0 = time.perf_counter()
+                    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux},
+                                          data=(batch, 3, size, size))
+                    out[label].append(time.perf_counter() - t0)
+                    info = mx_trt.bind_info(exe)
+                    for d in (info.decisions.values() if info is not None else []):
+                        logger.info("%s, candidates %s: bind %.2f s, %s", model, label, out[label][-1], d.text)
+                    del exe, info
+    finally:
+        backends.PREFERENCE["cpu"] = saved
+        engines.clear_pool()
+    return out
+
+
 def table(rows: Sequence[Dict[str, Any]]) -> str:
     lines = ["| model | batch | threads | condition | ONNX Runtime ms (median / min) | OpenVINO ms (median / min) "
              "| ONNX Runtime / OpenVINO | max output gap |", "|---|---|---|---|---|---|---|---|"]
@@ -163,10 +203,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", type=int, default=engine_threads())
     p.add_argument("--busy", action="store_true", help="also time with one core kept busy by a helper process")
+    p.add_argument("--cold-binds", type=int, default=0, help="time this many cold binds per candidate set instead")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     load_before = os.getloadavg()
+    if a.cold_binds:
+        batch = int(a.batches.split(",")[0])
+        for model in a.models.split(","):
+            times = cold_binds(model, batch, a.cold_binds)
+            print(f"{model} batch {batch}, cold bind seconds (median of {a.cold_binds}): "
+                  + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in times.items()))
+        print(f"load average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
+        return 0
     rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads, a.busy)
     load_after = os.getloadavg()
     print(table(rows))

@@ -30,7 +30,7 @@ from mx_trt.build.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
 from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
-from mx_trt.export.subgraph import entry_name
+from mx_trt.export.subgraph import entry_name, op_spec
 from mx_trt.graph.importer import graph_to_json
 from mx_trt.passes.fuse import FuseResult, boundary, fuse
 from mx_trt.passes.ir import Entry, Graph
@@ -365,8 +365,8 @@ class _MeasuredRule:
         jobs: Dict[Tuple[str, str], SubgraphJob] = {}
         first = next(iter(self.providers))  # the bind's own backend, which the analysis asked
         for name, provider in self.providers.items():
-            if name != first and not _holds(provider.backend, graph, sg.nodes):
-                continue  # the analysis asked the bind's backend only: another may not hold every tensor type
+            if name != first and not _holds(provider.backend, graph, sg.nodes, self.plan.weights):
+                continue  # the analysis asked the bind's backend only: another may refuse some operator
             jobs[(name, settings.precision)] = job
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
@@ -396,12 +396,11 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        weight_views=exporter.weight_views)
 
 
-def _holds(backend: Any, graph: Graph, nodes: Sequence[int]) -> bool:
-    """Whether ``backend``'s engines hold every tensor type that ``nodes`` read and write."""
+def _holds(backend: Any, graph: Graph, nodes: Sequence[int], weights: Any) -> bool:
+    """Whether ``backend`` takes every node of ``nodes``: its tensor types and its own limits."""
     for n in nodes:
-        node = graph.nodes[n]
-        entries = list(node.inputs) + [Entry(n, k) for k in range(node.num_outputs)]
-        if any(graph.dtypes.get(e, "float32") not in backend.tensor_dtypes for e in entries):
+        spec = op_spec(graph, n, weights, backend.name)
+        if backend.dtype_reason(spec) is not None or backend.supports(spec) is not None:
             return False
     return True
 

@@ -460,3 +460,62 @@ def test_measured_rule_runs_the_int8_graph_of_the_binds_backend_in_openvino(monk
     (decision,) = info.decisions.values()
     assert timer.counts == [4] and decision.engine == ("openvino", "int8"), decision
     assert COSINE_MIN < cosine(got, ref) < 1 - 1e-7
+
+
+def test_weights_the_reader_makes_no_parameter_of_are_embedded():
+    # A weight read through a chain of Identity nodes (an exported _arange): OpenVINO's reader folds the
+    # chain and the parameter loses its name, so that weight cannot be shared; it is embedded instead.
+    from onnx import TensorProto, helper
+
+    w = np.arange(1000, dtype=np.float32)
+    t = TensorProto()
+    t.name, t.data_type = "w", TensorProto.FLOAT
+    t.dims.extend(w.shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "w.data"), ("offset", "0"), ("length", str(w.nbytes))):
+        kv = t.external_data.add()
+        kv.key, kv.value = k, v
+    g = helper.make_graph([helper.make_node("Identity", ["w"], ["w1"]), helper.make_node("Identity", ["w1"], ["w2"]),
+                           helper.make_node("Add", ["x", "w2"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [t])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    assert ov_backend._read(model, {"w": w}, {})[1] == ["w"]  # shared, it would be lost
+    compiled = ov_backend._ov_core().compile_model(ov_backend.read_model(model, {"w": w}), "CPU",
+                                                   ov_backend.compile_config(False, 1))
+    x = np.ones(1000, np.float32)
+    np.testing.assert_array_equal(compiled(x)[0], x + w)
+
+
+def _ties():
+    # Rows with repeated maxima: the index of a tie decides the result.
+    x = mx.sym.var("data")
+    h = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=32, name="fc"), name="r")
+    return mx.sym.Group([mx.sym.argmax(mx.sym.round(h, name="rnd"), axis=1, name="am"),
+                         mx.sym.topk(h, k=3, axis=1, ret_typ="value", name="tv"), mx.sym.sigmoid(h, name="s")])
+
+
+def test_operators_whose_indices_depend_on_tie_order_stay_native(monkeypatch):
+    _env(monkeypatch)
+    sym, shapes = _ties(), {"data": (16, 8)}
+    args, aux = random_params(sym, shapes, 0)
+    x = np.round(_data(shapes["data"]) * 2)
+    exe, got = _bind(sym, shapes, args, aux, x)
+    info = mx_trt.bind_info(exe)
+    reasons = {info.plan.graph.nodes[n].name: r for n, r in info.plan.partition.native.items()}
+    assert "orders tied values otherwise" in reasons["am"]
+    assert "tv" not in reasons and info.engines  # values of topk do not depend on it
+    for g, r in zip(got, _native(sym, shapes, args, aux, x)):
+        close(g, r)
+
+
+def test_measured_rule_leaves_out_openvino_where_it_refuses_an_operator(monkeypatch, tmp_path):
+    timer = StubTimer(10.0, [5.0, 3.0])
+    x = mx.sym.var("data")
+    h = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=32, name="fc"), name="r")
+    sym = mx.sym.FullyConnected(mx.sym.one_hot(mx.sym.argmax(h, axis=1, name="am"), depth=32, name="oh") + h,
+                                num_hidden=8, name="fc2")
+    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (4, 16)})
+    decisions = list(info.decisions.values())
+    assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions

@@ -38,6 +38,7 @@ import numpy as np
 from mx_trt.build.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
+from mx_trt.export.spec import OpSpec
 from mx_trt.build.backends.base import (
     Backend,
     BatchRange,
@@ -59,6 +60,12 @@ BLOB = "model.blob"
 #: Instruction-set flags of /proc/cpuinfo that change the kernels the CPU plugin compiles.
 ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+#: MXNet operators whose indices depend on the order of tied values. ONNX's TopK and ArgMax/ArgMin give
+#: the lowest index first, as MXNet and ONNX Runtime do; OpenVINO 2024.6's CPU plugin does not (seen: TopK
+#: over a row of zeros and ones, ArgMax over rows with repeated maxima), and random or quantized data tie
+#: often. They stay native (or with another backend). ``topk`` returning only values is unaffected.
+TIE_ORDER_OPS = frozenset({"argsort", "argmax", "argmax_channel", "argmin", "topk"})
 
 _core: Any = None
 _core_lock = threading.Lock()
@@ -201,6 +208,12 @@ class OpenVinoBackend(Backend):
     #: those types stay native rather than lose range or precision.
     tensor_dtypes = ("float32", "float16", "int8", "uint8", "int32", "bool")
 
+    def supports(self, spec: OpSpec) -> Optional[str]:
+        if spec.op in TIE_ORDER_OPS and not (spec.op == "topk" and spec.attrs.get("ret_typ", "indices") == "value"):
+            return (f"{spec.op} gives indices, and OpenVINO's CPU plugin orders tied values otherwise than MXNet "
+                    "(ONNX asks for the lowest index first)")
+        return None
+
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:
         try:
@@ -269,34 +282,60 @@ def read_model(model: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 
     OpenVINO 2024's ONNX reader takes external data only from files, so those
     initializers become graph inputs for the reader, then each parameter is
-    replaced by a constant sharing the array's memory (no copy).
+    replaced by a constant sharing the array's memory (no copy). Where the
+    reader does not accept that (it needs a value at conversion, or it makes no
+    parameter of one), the model is read again with the initializers concerned
+    embedded: a copy of those arrays, only then.
 
     Raises:
         RuntimeError: OpenVINO cannot read or convert the model.
     """
-    from onnx import ModelProto, helper
+    try:
+        ov_model, missing = _read(model, arrays, {})
+    except RuntimeError as exc:
+        logger.info("OpenVINO did not read the model with its weights as parameters (%s); embedding them",
+                    str(exc).splitlines()[-1] if str(exc) else type(exc).__name__)
+        ov_model, missing = _read(model, {}, arrays)
+    if missing:
+        logger.info("OpenVINO made no parameter of %d weight(s) (%s); embedding them", len(missing),
+                    ", ".join(sorted(missing)[:3]))
+        ov_model, missing = _read(model, {k: v for k, v in arrays.items() if k not in missing},
+                                  {k: arrays[k] for k in missing})
+        if missing:
+            raise RuntimeError(f"initializers {sorted(missing)} did not become parameters of the OpenVINO model")
+    return ov_model
+
+
+def _read(model: Any, fed: Mapping[str, np.ndarray], embedded: Mapping[str, np.ndarray]) -> Tuple[Any, List[str]]:
+    """Read ``model`` with the initializers in ``fed`` as shared constants, those in ``embedded`` copied in.
+
+    Returns the model and the names of ``fed`` that did not become parameters (left in the model as inputs).
+    """
+    from onnx import ModelProto, helper, numpy_helper
     from openvino.runtime import opset13
 
     proto = ModelProto()
     proto.CopyFrom(model)
-    kept = [t for t in proto.graph.initializer if t.name not in arrays]
-    fed = [t for t in proto.graph.initializer if t.name in arrays]
+    inits = list(model.graph.initializer)  # the caller's protos, read only (external ones hold no bytes)
     del proto.graph.initializer[:]
-    proto.graph.initializer.extend(kept)
-    proto.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in fed)
+    proto.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(embedded[t.name]), t.name)
+                                   if t.name in embedded else t for t in inits if t.name not in fed)
+    feeds = [t for t in inits if t.name in fed]
+    proto.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in feeds)
     ov_model = _ov_core().read_model(proto.SerializeToString())
     del proto
     params = {p.get_friendly_name(): p for p in ov_model.get_parameters()}
-    for t in fed:
-        param = params.get(t.name)
-        if param is None:
-            raise RuntimeError(f"initializer {t.name!r} did not become a parameter of the OpenVINO model")
-        const = opset13.constant(_writeable(arrays[t.name]), shared_memory=True)
+    missing = [t.name for t in feeds if t.name not in params]
+    if missing:
+        return ov_model, missing
+    for t in feeds:
+        param = params[t.name]
+        const = opset13.constant(_writeable(fed[t.name]), shared_memory=True)
         for target in list(param.output(0).get_target_inputs()):
             target.replace_source_output(const.output(0))
         ov_model.remove_parameter(param)
     ov_model.validate_nodes_and_infer_types()
-    return ov_model
+    return ov_model, []
 
 
 def _writeable(arr: np.ndarray) -> np.ndarray:

@@ -4,7 +4,8 @@ Tolerances against MXNet's own output: fp32 ``rtol=1e-4``, ``atol=1e-5`` times t
 output's largest magnitude (the ONNX Runtime backend's, tests.mxcheck.OP_TOL: sums of a few
 hundred to a few thousand products, computed in float32 by other kernels); a whole zoo model
 ``1e-4 + 1e-4 * max|native|`` as in tests/models/test_model_zoo.py; fp16 engines
-tests.mxcheck.OP_TOL["float16"]; int8 the cosine and top-1 bounds of tests.int8check.
+tests.mxcheck.OP_TOL["float16"]; int8 the cosine and top-1 bounds of tests.int8check; the GluonCV and
+GluonNLP engines tests/models/compare.py's (``1e-4 + 1e-3 * max|ref|`` per tensor, integers exactly).
 """
 from __future__ import annotations
 
@@ -519,3 +520,22 @@ def test_measured_rule_leaves_out_openvino_where_it_refuses_an_operator(monkeypa
     info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (4, 16)})
     decisions = list(info.decisions.values())
     assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ssd_mobilenet", "bert"])
+def test_thirdparty_model_engines_match_native(name, monkeypatch):
+    # GluonCV/GluonNLP graphs (tests/models/thirdparty.py): each OpenVINO engine, fed native MXNet's values
+    # of its inputs, gives native's outputs within tests/models/compare.py's tolerance.
+    from tests.models.compare import check_engines
+    from tests.models.thirdparty import MODELS
+
+    _env(monkeypatch)
+    model = MODELS[name]()
+    exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes, shared_buffer=model.params,
+                                **model.shapes)
+    info = mx_trt.bind_info(exe)
+    assert info.backend == "openvino" and info.engines and not info.native_failures, info.native_failures
+    assert all(isinstance(f.engine, ov_backend.OpenVinoEngine) for f in info.engines)
+    bad = check_engines(model, exe)
+    assert not bad, "\n".join(bad)

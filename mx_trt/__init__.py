@@ -15,7 +15,9 @@ Nothing inside the package imports this module.
 from __future__ import annotations
 
 from mx_trt._version import __version__
+from mx_trt.patches import uninstall
 from mx_trt.artifacts import export_model, load
+from mx_trt.artifacts_onnx import export_onnx
 from mx_trt.errors import (
     BackendUnavailableError,
     CacheError,
@@ -25,13 +27,18 @@ from mx_trt.errors import (
     EngineRunError,
     MissingWeightError,
     MxTrtError,
+    NotConvertibleError,
     ParamMismatchError,
+    PrecisionConflictError,
+    TrainingNotSupportedError,
     ShapeError,
     UnsupportedOpError,
 )
 from mx_trt.export.calibration import CalibrationTable, load_table
 from mx_trt.export.converters.user import register_converter, unregister_converter
 from mx_trt.export.plugins import HostFunction, register_plugin, unregister_plugin
+from mx_trt.frontends import contrib as _contrib
+from mx_trt.frontends import deferred as _deferred
 from mx_trt.frontends import gluon as _gluon
 from mx_trt.frontends import hook as _hook
 from mx_trt.frontends import module as _module
@@ -51,18 +58,25 @@ from mx_trt.frontends.contrib import (
     tensorrt_bind,
 )
 from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated_simple_bind
+from mx_trt.frontends import common as _common
 from mx_trt.quantize import calibrate
+from mx_trt.quantize.online import calibrating_bind as _calibrating_bind
+from mx_trt.quantize.online import calibration_table
 
 __all__ = [
-    "__version__", "bind_info", "export_model", "load", "get_optimized_symbol", "get_use_fp16", "get_use_tensorrt",
+    "__version__", "uninstall", "bind_info", "export_model", "export_onnx", "load", "get_optimized_symbol",
+    "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",
-    "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "CalibrationTable", "load_table",
+    "register_plugin", "unregister_plugin", "HostFunction", "calibrate", "calibration_table", "CalibrationTable", "load_table",
     "BackendUnavailableError", "CacheError", "CalibrationError", "ConversionError", "EngineBuildError", "EngineRunError",
-    "MissingWeightError", "MxTrtError", "ParamMismatchError", "ShapeError", "UnsupportedOpError",
+    "MissingWeightError", "MxTrtError", "NotConvertibleError", "ParamMismatchError", "PrecisionConflictError",
+    "ShapeError", "TrainingNotSupportedError", "UnsupportedOpError",
 ]
 
 _hook.set_accelerated_bind(_accelerated_simple_bind)
-for _install in (_symbol.install, _module.install, _gluon.install):  # the other front-ends, once mxnet is hooked
+_common.set_calibrating_bind(_calibrating_bind)
+_hook.set_deferred_bind(_deferred.is_deferred, _deferred.deferred_simple_bind)
+for _install in (_symbol.install, _module.install, _gluon.install, _contrib.install_module):  # the other front-ends, once mxnet is hooked
     _hook.add_installer(_install)
 _hook.install_when_mxnet_imported()

@@ -52,7 +52,7 @@ from mx_trt.cache import ENV_DIR, ENV_MAX_MB, EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.build.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind
 from mx_trt.settings import Settings, env_override
 
@@ -100,6 +100,8 @@ def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
             raise TypeError("'nodes' is not a list of objects")
     except (ValueError, KeyError, TypeError) as exc:
         raise ExportError(f"the symbol is not an MXNet symbol JSON ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise ExportError("the symbol is not an MXNet symbol JSON (nested too deeply)") from None
     for node in nodes:
         attrs = node.get("attrs") or {}
         if node.get("op") == "Custom" and isinstance(attrs, dict) and attrs.get("op_type") == OP_TYPE:
@@ -130,13 +132,14 @@ def export_model(
         outdir: Target folder (created; must be empty unless ``overwrite``).
         settings: Bind settings (default: :meth:`Settings.from_env`).
         backend: Engine backend (default: the context's).
-        overwrite: Replace an existing export in ``outdir``.
+        overwrite: Replace an existing export in ``outdir``: only a folder holding a
+            valid manifest and nothing but what that export wrote.
 
     Returns:
         The manifest written.
 
     Raises:
-        ExportError: ``outdir`` holds something else or cannot be written, or
+        ExportError: ``outdir`` holds something else (named; never deleted) or cannot be written, or
             an engine could not be stored (its backend cannot serialize engines).
     """
     import mxnet as mx
@@ -147,8 +150,9 @@ def export_model(
     if os.path.isdir(outdir) and os.listdir(outdir):
         if not overwrite:
             raise ExportError(f"{outdir} is not empty (overwrite it with --force)")
-        if not os.path.isfile(os.path.join(outdir, MANIFEST)):
-            raise ExportError(f"{outdir} is not empty and is not an mx_trt export: not overwriting it")
+        problem = _replace_problem(outdir)
+        if problem is not None:
+            raise ExportError(f"{outdir} {problem}: not overwriting it")
         shutil.rmtree(outdir)
     cache_dir = os.path.join(outdir, ENGINES_DIR)
     cache = EngineCache(cache_dir, max_bytes=0)
@@ -225,6 +229,31 @@ def export_model(
     logger.info("exported %d engine(s) and %d params to %s", len(records), len(saved), outdir)
     del exe
     return manifest
+
+
+def _replace_problem(outdir: str) -> Optional[str]:
+    """Why ``--force`` may not replace the folder ``outdir``, or ``None`` when it holds an mx_trt export and nothing else.
+
+    A file merely named like the manifest is not enough: the manifest must be
+    valid (:func:`read_manifest`), and every entry of the folder must be one the
+    export wrote (the manifest, the files it names, the engines folder).
+    """
+    if os.path.islink(outdir):
+        return "is a symbolic link, not an export folder"
+    try:
+        manifest = read_manifest(outdir)
+    except ExportError as exc:
+        return f"is not empty and is not an mx_trt export ({exc})"
+    ours = {MANIFEST, *manifest.get("files", {})}
+    ours |= {str(manifest[k]) for k in ("symbol", "params", "engine_weights", "engines_dir") if k in manifest}
+    foreign = sorted(set(os.listdir(outdir)) - ours)
+    engines_dir = os.path.join(outdir, str(manifest.get("engines_dir", ENGINES_DIR)))
+    if os.path.islink(engines_dir) or (os.path.exists(engines_dir) and not os.path.isdir(engines_dir)):
+        foreign.append(os.path.basename(engines_dir))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        return f"holds files the mx_trt export did not write ({shown})"
+    return None
 
 
 def _file_record(path: str) -> Dict[str, Any]:
@@ -305,6 +334,8 @@ def read_manifest(directory: str) -> Dict[str, Any]:
         raise ExportError(f"{directory} is not an mx_trt export: no {MANIFEST}") from None
     except (OSError, ValueError) as exc:
         raise ExportError(f"cannot read {path}: {exc}") from None
+    except RecursionError:
+        raise ExportError(f"{path} is damaged: its JSON is nested too deeply") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
         fmt = manifest.get("format") if isinstance(manifest, dict) else None
         raise ExportError(f"{path} has format {fmt!r}; this mx_trt reads format {FORMAT_VERSION}")
@@ -529,5 +560,6 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         raise ExportError(f"{directory}: the symbol and parameters do not bind ({first}); export the model again") \
             from None
     exe._mx_trt_loaded = LoadedModel(directory, manifest, fused_engines, sym)
+    guard_forward(exe, fused_engines)
     logger.info("loaded %s: %d engine(s), no build", directory, len(fused_engines))
     return exe

@@ -1,6 +1,8 @@
 """Typed errors raised by mx_trt. All derive from :class:`MxTrtError`."""
 from __future__ import annotations
 
+from typing import List, Sequence, Tuple
+
 
 class MxTrtError(RuntimeError):
     """Base class of every error mx_trt raises on purpose."""
@@ -47,7 +49,8 @@ class GraphImportError(MxTrtError):
 
 
 class ExportError(MxTrtError):
-    """An export folder (``mxtrt export``, :func:`mx_trt.load`) cannot be written, or is missing, damaged or unreadable."""
+    """An export folder (``mxtrt export``, :func:`mx_trt.load`) cannot be written, or is missing, damaged or unreadable;
+    or an ONNX export (:func:`mx_trt.export_onnx`) got a bad argument or cannot be written."""
 
 
 class ServeError(MxTrtError):
@@ -59,4 +62,29 @@ class CalibrationError(MxTrtError):
 
     An explicit request that cannot be honoured: the bind raises it whether or not
     ``MXNET_TENSORRT_STRICT`` is set, rather than run in another precision.
+    """
+
+
+class TrainingNotSupportedError(MxTrtError):
+    """A TensorRT bind asked for gradients (``tensorrt_bind(..., grad_req='write')``): engines are inference-only."""
+
+
+class NotConvertibleError(UnsupportedOpError):
+    """A whole-model export was asked for, and some operators do not convert.
+
+    Attributes:
+        operators: One ``(node name, operator, reason)`` per operator that does not
+            convert, in graph order; the reasons are those ``mxtrt partition`` shows.
+    """
+
+    def __init__(self, message: str, operators: Sequence[Tuple[str, str, str]]) -> None:
+        super().__init__(message)
+        self.operators: List[Tuple[str, str, str]] = list(operators)
+
+
+class PrecisionConflictError(MxTrtError):
+    """Two precisions were asked for at once (``precision='int8'`` with ``fp16=True``, in any order or way).
+
+    Like :class:`CalibrationError`, an explicit request that cannot be honoured as
+    asked: raised whether or not ``MXNET_TENSORRT_STRICT`` is set.
     """

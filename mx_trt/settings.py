@@ -5,6 +5,7 @@ Every variable is documented in README.md ("Environment variables").
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import operator
@@ -12,16 +13,45 @@ import os
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generic, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
-from mx_trt.errors import CalibrationError, MxTrtError
+from mx_trt.errors import CalibrationError, MxTrtError, PrecisionConflictError
 
 logger = logging.getLogger(__name__)
 
-_fp16_override: Optional[bool] = None
-_profiles_override: Optional[List[Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]]] = None
-
 Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
+
+T = TypeVar("T")
+_UNSET: Any = object()
+
+
+class ScopedDefault(Generic[T]):
+    """The value of a user-facing setter (``set_use_fp16``, ``set_optimization_profiles``, ``set_use_tensorrt``).
+
+    Context-local (``contextvars``): what a thread (or an asyncio task) sets
+    applies to its own binds, never to another thread's. What the main thread
+    sets is also the process's default, which every context without a value of
+    its own reads: MXNet's "set once, bind anywhere" (set in the main program,
+    bind in worker threads) keeps working. ``None`` clears the value (the
+    environment decides again).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._var: "contextvars.ContextVar[Any]" = contextvars.ContextVar(name)
+        self._process: Optional[T] = None
+
+    def set(self, value: Optional[T]) -> None:
+        self._var.set(value)
+        if threading.current_thread() is threading.main_thread():
+            self._process = value
+
+    def get(self) -> Optional[T]:
+        value = self._var.get(_UNSET)
+        return self._process if value is _UNSET else value  # type: ignore[no-any-return]
+
+
+_fp16_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_fp16")
+_profiles_override: ScopedDefault[List[Profile]] = ScopedDefault("mx_trt_profiles")
 
 #: MXNet 1.9.1's shapes are 32-bit: no dimension (batch included) may be larger.
 INT32_MAX = 2**31 - 1
@@ -48,6 +78,8 @@ def warn_once(key: Tuple[str, str], message: str, *args: Any) -> None:
 def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[Sequence[int]]]]]) -> None:
     """Explicit optimization profiles for the next binds (overrides ``MXNET_TENSORRT_PROFILES``).
 
+    This thread's binds; set in the main thread, every thread's default (:class:`ScopedDefault`).
+
     Args:
         profiles: One dict per profile, mapping data input names to
             ``(min_shape, opt_shape, max_shape)``. Only the batch dimension (0)
@@ -60,8 +92,7 @@ def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[
             {"data": ((5, 3, 224, 224), (16, 3, 224, 224), (32, 3, 224, 224))},
         ])
     """
-    global _profiles_override
-    _profiles_override = None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles")
+    _profiles_override.set(None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles"))
 
 
 def _parse_profiles(raw: Any, where: str) -> List[Profile]:
@@ -100,14 +131,17 @@ def _dims(shape: Any) -> Tuple[int, ...]:
 
 def get_optimization_profiles() -> Optional[List[Profile]]:
     """The explicit profiles in force: :func:`set_optimization_profiles`, else ``MXNET_TENSORRT_PROFILES`` (JSON)."""
-    if _profiles_override is not None:
-        return _profiles_override
+    override = _profiles_override.get()
+    if override is not None:
+        return override
     raw = os.environ.get("MXNET_TENSORRT_PROFILES", "").strip()
     if not raw:
         return None
-    where = f"MXNET_TENSORRT_PROFILES={raw!r}"
+    where = f"MXNET_TENSORRT_PROFILES={raw[:200]!r}" + ("..." if len(raw) > 200 else "")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise MxTrtError(f"{where} is not valid JSON (nested too deeply); expected a list of profiles") from None
     except ValueError as exc:
         raise MxTrtError(f"{where} is not valid JSON ({exc}); expected a list of profiles, e.g. "
                          '[{"data": [[1,3,224,224], [8,3,224,224], [32,3,224,224]]}]') from None
@@ -115,15 +149,18 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
 
 
 def set_use_fp16(status: Optional[bool]) -> None:
-    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``; ``None`` clears)."""
-    global _fp16_override
-    _fp16_override = None if status is None else bool(status)
+    """Ask for fp16 engines at the next binds (overrides ``MXNET_TENSORRT_USE_FP16``; ``None`` clears).
+
+    This thread's binds; set in the main thread, every thread's default (:class:`ScopedDefault`).
+    """
+    _fp16_override.set(None if status is None else bool(status))
 
 
 def get_use_fp16() -> bool:
     """Whether the next bind builds fp16 engines."""
-    if _fp16_override is not None:
-        return _fp16_override
+    override = _fp16_override.get()
+    if override is not None:
+        return override
     return _env_bool("MXNET_TENSORRT_USE_FP16", False)
 
 
@@ -148,6 +185,56 @@ def env_override(values: Mapping[str, Optional[str]]) -> Iterator[None]:
         yield
     finally:
         apply(old)
+
+
+#: MXNet's own variable naming a subgraph backend for every bind; ``TensorRT`` turns the pass on (MXNet 1.5 to 1.9).
+SUBGRAPH_BACKEND_ENV = "MXNET_SUBGRAPH_BACKEND"
+_mask_lock = threading.Lock()
+_mask_depth = 0
+_mask_saved: Optional[str] = None
+
+
+def subgraph_backend_is_tensorrt() -> bool:
+    """True when ``MXNET_SUBGRAPH_BACKEND`` names TensorRT (any case), as MXNet 1.5 to 1.9 users set it.
+
+    While :func:`masked_subgraph_backend` hides it from MXNet, the value it hides is read.
+    """
+    raw = _mask_saved if _mask_saved is not None else os.environ.get(SUBGRAPH_BACKEND_ENV, "")
+    return raw.strip().lower() == "tensorrt"
+
+
+@contextlib.contextmanager
+def masked_subgraph_backend() -> Iterator[None]:
+    """MXNet's own binds inside this block see ``MXNET_SUBGRAPH_BACKEND=NONE`` if it named TensorRT.
+
+    MXNet reads the variable at every executor it creates and has no subgraph
+    backend called TensorRT (it would raise "SubgraphProperty TensorRT is not
+    found"): the pass is what answers to that name. Other values (MKLDNN, ...)
+    are left alone. The variable is process-wide, so nested and concurrent
+    blocks share one masking, undone when the last one leaves.
+    """
+    global _mask_depth, _mask_saved
+    with _mask_lock:
+        if _mask_depth == 0:
+            if not subgraph_backend_is_tensorrt():
+                masked = False
+            else:
+                _mask_saved = os.environ[SUBGRAPH_BACKEND_ENV]
+                os.environ[SUBGRAPH_BACKEND_ENV] = "NONE"
+                masked = True
+        else:
+            masked = True
+        if masked:
+            _mask_depth += 1
+    try:
+        yield
+    finally:
+        if masked:
+            with _mask_lock:
+                _mask_depth -= 1
+                if _mask_depth == 0 and _mask_saved is not None:
+                    os.environ[SUBGRAPH_BACKEND_ENV] = _mask_saved
+                    _mask_saved = None
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -225,6 +312,9 @@ class Settings:
             float inside int8 engines (``MXNET_TENSORRT_INT8_EXCLUDE_OPS`` / ``_NODES``).
         int8_keep_output_layer: Keep the last classifier layer(s) in float
             (``MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER``).
+        calibration_iters: With ``int8`` and no table, MXNet 1.9.1's way: the executor's
+            first N forwards run natively and calibrate, then the int8 engines are built
+            (``MXNET_TENSORRT_CALIBRATION_ITERS``, the ``calibration_iters`` option).
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -241,6 +331,7 @@ class Settings:
     int8_exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
     int8_exclude_nodes: FrozenSet[str] = field(default_factory=frozenset)
     int8_keep_output_layer: bool = False
+    calibration_iters: int = 0
 
     @property
     def precision(self) -> str:
@@ -269,6 +360,7 @@ class Settings:
         precision = _env_choice("MXNET_TENSORRT_PRECISION", "", ("fp32", "fp16", "int8"))
         fp16 = get_use_fp16()
         if precision == "int8" and fp16:
+            # A bad environment: one warning and a native bind, like any other (a typed error under strict).
             raise MxTrtError("MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are "
                              "both set: int8 engines keep their float layers in fp32; ask for one precision")
         if precision:
@@ -287,13 +379,15 @@ class Settings:
             int8_exclude_ops=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_OPS"),
             int8_exclude_nodes=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_NODES"),
             int8_keep_output_layer=_env_bool("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", False),
+            calibration_iters=env_int("MXNET_TENSORRT_CALIBRATION_ITERS", 0, 0, INT32_MAX),
         )
 
     def check_int8(self) -> None:
         """Raise :class:`~mx_trt.errors.CalibrationError` when int8 is asked for without a calibration table."""
-        if self.int8 and self.calibration is None:
+        if self.int8 and self.calibration is None and not self.calibration_iters:
             raise CalibrationError("int8 engines need a calibration table: set MXNET_TENSORRT_CALIBRATION (or the "
-                                   "calibration option) to a table written by mx_trt.calibrate")
+                                   "calibration option) to a table written by mx_trt.calibrate, or calibrate on the "
+                                   "first forwards with calibration_iters=N")
 
     def with_options(self, options: Mapping[str, Any], where: str = "backend options") -> "Settings":
         """These settings with explicit options applied (an explicit option wins over the environment).
@@ -304,8 +398,11 @@ class Settings:
 
         Raises:
             MxTrtError: an unknown option, or a value that is not allowed (the message names both).
+            PrecisionConflictError: int8 and fp16 asked for together (see :func:`_check_one_precision`).
         """
         changes: Dict[str, Any] = {}
+        precision: Optional[str] = None
+        fp16: Optional[bool] = None
         for name, value in options.items():
             parse = OPTIONS.get(name)
             if parse is None:
@@ -315,14 +412,38 @@ class Settings:
             except (TypeError, ValueError) as exc:
                 raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
             if field_name == "precision":  # one precision: int8, fp16 or fp32
+                precision = parsed
                 changes.update(int8=parsed == "int8", fp16=parsed == "fp16")
-            elif field_name == "fp16" and parsed:
-                changes.update(fp16=True, int8=False)
+            elif field_name == "fp16":
+                fp16 = bool(parsed)
+                if parsed:
+                    changes.update(fp16=True, int8=False)
             else:
                 changes[field_name] = parsed
+        _check_one_precision(precision, fp16, where)
         out = dataclasses.replace(self, **changes)
         out.check_int8()
         return out
+
+
+def _check_one_precision(precision: Optional[str], fp16: Optional[bool], where: str) -> None:
+    """Refuse two precisions asked for together: ``precision='int8'`` (or ``'fp32'``) with ``fp16=True``
+    in one call's options (any order), or ``precision='int8'`` with ``set_use_fp16(True)`` /
+    ``MXNET_TENSORRT_USE_FP16``. An option over another precision of the environment's
+    (``MXNET_TENSORRT_PRECISION``) or of earlier options wins, as every option does.
+
+    Raises:
+        PrecisionConflictError: naming both requests.
+    """
+    other = ""
+    if precision in ("int8", "fp32") and fp16:
+        other = "fp16=True"
+    elif precision == "int8" and fp16 is None and get_use_fp16():
+        other = "fp16 from set_use_fp16(True) or MXNET_TENSORRT_USE_FP16"
+    if other:
+        asked = f"precision={precision!r}"
+        why = " (int8 engines keep their float layers in fp32, not fp16)" if "int8" in asked + other else ""
+        raise PrecisionConflictError(f"{where}: {asked} and {other} ask for two precisions{why}; ask for one")
 
 
 def _check_advisory() -> None:
@@ -352,8 +473,13 @@ def _check_advisory() -> None:
                       value, ", ".join(unknown), "is" if len(unknown) == 1 else "are")
 
 
-def _mxnet_op_names() -> FrozenSet[str]:
+def mxnet_op_names() -> FrozenSet[str]:
     """Every operator name MXNet has registered now (aliases included); empty if MXNet cannot say."""
+    return _mxnet_op_names()
+
+
+def _mxnet_op_names() -> FrozenSet[str]:
+    """See :func:`mxnet_op_names`."""
     try:
         import mxnet as mx
 
@@ -460,4 +586,5 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "int8_exclude_ops": _opt_names("int8_exclude_ops"),
     "int8_exclude_nodes": _opt_names("int8_exclude_nodes"),
     "int8_keep_output_layer": _opt_bool("int8_keep_output_layer"),
+    "calibration_iters": _opt_int("calibration_iters", 0),
 }

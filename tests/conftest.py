@@ -10,7 +10,8 @@ def _isolated_engines(monkeypatch, tmp_path):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "plan_cache"))
     for var in ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT", "MXNET_TENSORRT_MAX_BATCH_SIZE", "MXNET_TENSORRT_PROFILES",
                 "MXNET_TENSORRT_USE_FP16", "MXNET_TENSORRT_EXCLUDE_OPS", "MXNET_TENSORRT_BACKEND",
-                "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE", "MXNET_TENSORRT_STRICT"):
+                "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE", "MXNET_TENSORRT_STRICT",
+                "MXNET_SUBGRAPH_BACKEND", "MXNET_TENSORRT_CALIBRATION_ITERS"):
         monkeypatch.delenv(var, raising=False)
     # The tests of the pass's mechanics bind graphs of a few tiny operators, which the
     # default cost rule (mx_trt.passes.cost) rightly leaves native: they run with every
@@ -24,14 +25,17 @@ def _isolated_engines(monkeypatch, tmp_path):
         yield
         return
     from mx_trt import settings
+    from mx_trt.frontends import hook
 
     engines.clear_pool()
     settings.set_use_fp16(None)
     settings.set_optimization_profiles(None)
+    hook.set_use_tensorrt(None)
     yield
     engines.clear_pool()
     settings.set_use_fp16(None)
     settings.set_optimization_profiles(None)
+    hook.set_use_tensorrt(None)
 
 
 @pytest.fixture

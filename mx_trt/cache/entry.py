@@ -123,6 +123,8 @@ def read_record(directory: str, key: str) -> Dict[str, Any]:
         record = json.loads(raw)
     except ValueError:
         raise Bad(f"{META} is not valid JSON", file=META) from None
+    except RecursionError:  # nested deeper than the parser's stack: damaged like any other
+        raise Bad(f"{META} is not valid JSON (nested too deeply)", file=META) from None
     if not isinstance(record, dict):
         raise Bad(f"{META} is not a JSON object", file=META)
     if "format" not in record:

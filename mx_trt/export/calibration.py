@@ -22,9 +22,11 @@ the method (``max(|min|, |max|)`` for ``minmax``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -36,6 +38,11 @@ from mx_trt.passes.ir import Entry, Graph
 
 FORMAT = "mx_trt.calibration/1"
 METHODS = ("entropy", "minmax", "percentile")
+#: A non-zero ``amax`` outside these bounds is refused: its int8 scale (amax / 127) maps every
+#: activation to one code (1e38: all to 0; 1e-30: all saturated), a constant output.
+AMAX_MIN, AMAX_MAX = 1e-20, 1e20
+
+logger = logging.getLogger(__name__)
 
 #: MXNet operators whose inputs the int8 export quantizes, and which inputs are
 #: activations (the others are weights, quantized per output channel).
@@ -105,12 +112,22 @@ class CalibrationTable:
         return json.dumps(doc, indent=1, sort_keys=True)
 
     def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
-        """Write the table as JSON (atomically: a temporary file renamed into place). Returns the path."""
+        """Write the table as JSON (atomically: a temporary file renamed into place). Returns the path.
+
+        Raises:
+            CalibrationError: the folder is missing or the file cannot be written (named; no file left behind).
+        """
         path = os.fspath(path)
+        check_writable_table(path)
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.to_json())
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise CalibrationError(f"cannot write the calibration table {path}: {exc.strerror or exc}") from None
         return path
 
     def check(self, graph: Graph) -> None:
@@ -211,6 +228,17 @@ def int8_exclusions(graph: Graph, node_ids: Iterable[int], exclude_ops: Iterable
     return out
 
 
+def check_writable_table(path: Union[str, "os.PathLike[str]"]) -> None:
+    """Raise :class:`CalibrationError` naming the folder when a table cannot be written at ``path``: the folder
+    is missing or not a folder, or ``path`` itself is a folder."""
+    path = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise CalibrationError(f"cannot write the calibration table {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CalibrationError(f"cannot write the calibration table {path}: it is a folder")
+
+
 def load_table(source: Union[str, "os.PathLike[str]", CalibrationTable]) -> CalibrationTable:
     """A table from a path (JSON) or a table itself.
 
@@ -230,6 +258,8 @@ def load_table(source: Union[str, "os.PathLike[str]", CalibrationTable]) -> Cali
         raise CalibrationError(f"calibration table {path!r} cannot be read: {exc}") from None
     except ValueError as exc:
         raise CalibrationError(f"calibration table {path!r} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CalibrationError(f"calibration table {path!r} is not valid JSON (nested too deeply)") from None
     try:
         return table_from_json(doc)
     except CalibrationError as exc:
@@ -262,9 +292,20 @@ def table_from_json(doc: Any) -> CalibrationTable:
             raise CalibrationError(f"tensor entry {row!r} needs integer node/output and numeric min/max/amax") from None
         if not all(math.isfinite(v) for v in dataclasses.astuple(r)) or r.amax < 0 or r.min > r.max or key[0] < 0:
             raise CalibrationError(f"tensor entry {row!r} has a bad range (finite, min <= max, amax >= 0)")
+        name = str(row.get("name", "")) or f"node {key[0]} output {key[1]}"
+        if r.amax and not AMAX_MIN <= r.amax <= AMAX_MAX:
+            raise CalibrationError(f"tensor {name}: amax {r.amax:g} is outside [{AMAX_MIN:g}, {AMAX_MAX:g}]: its int8 "
+                                   "scale would turn every value into one code (a constant output); calibrate again")
+        if key in tensors and tensors[key] != r:
+            raise CalibrationError(f"tensor {name} has two entries with different ranges ({tensors[key]} and {r})")
         tensors[key] = r
         names[key] = str(row.get("name", ""))
     pct = doc.get("percentile")
+    zero = [names[k] or f"node {k[0]} output {k[1]}" for k, r in sorted(tensors.items()) if r.amax == 0]
+    if zero:
+        logger.warning("calibration table: %s had a zero range (%s): %s int8 values are all zero",
+                       ", ".join(zero[:5]) + (f" and {len(zero) - 5} more" if len(zero) > 5 else ""),
+                       "all-zero calibration data?", "its" if len(zero) == 1 else "their")
     return CalibrationTable(graph_digest=digest, method=method, tensors=tensors, names=names,
                             num_batches=int(doc.get("num_batches") or 0), num_samples=int(doc.get("num_samples") or 0),
                             percentile=float(pct) if isinstance(pct, (int, float)) else None)

@@ -117,6 +117,8 @@ class SubgraphExporter:
         self.int8 = int8
         #: Subgraph name -> what its last int8 export quantized.
         self.int8_reports: Dict[str, Int8Report] = {}
+        #: Subgraph name -> why its last export asked for batch ranges yet is static.
+        self.static_reasons: Dict[str, str] = {}
         self._graphs: Dict[int, Graph] = {}
 
     def graph_at(self, batch: int) -> Graph:
@@ -169,7 +171,9 @@ class SubgraphExporter:
                     why = f"it does not export at batch {int(batch) + 1}: {exc}"  # type: ignore[arg-type]
             if why is None:
                 make_batch_dynamic(ex)
+                self.static_reasons.pop(name, None)
             else:
+                self.static_reasons[name] = why
                 logger.info("%s: static engine at batch %s, not batch-dynamic: %s", name, batch, why)
         return self._precision(name, ex)
 

@@ -420,6 +420,7 @@ def quantize_int8(exported: ExportedSubgraph, ranges: Mapping[str, TensorRange],
         origin=dict(exported.origin), weight_bytes=weight_bytes, external=external,
         external_location=location if external else "",
         input_specs=list(exported.input_specs), output_specs=list(exported.output_specs), batch_dim=exported.batch_dim,
+        plugin_shapes=list(exported.plugin_shapes), node_ops=dict(exported.node_ops),
     ), placer.report
 
 

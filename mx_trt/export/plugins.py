@@ -47,22 +47,24 @@ import importlib.util
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from mx_trt.errors import ConversionError, EngineBuildError
 from mx_trt.export.converters.registry import ConvContext, Validator, remove_entries
-from mx_trt.export.converters.user import add_user_converter, code_digest, identity_of
+from mx_trt.export.converters.user import BACKENDS, add_user_converter, check_registration, code_digest, identity_of
+from mx_trt.export.shapes import shape_text
 from mx_trt.export.spec import OpSpec
 
 __all__ = ["BACKEND_NAMES", "DEFAULT_DOMAIN", "HostFunction", "Implementation", "Plugin", "library_digest",
-           "model_plugins", "plugin_for_node", "plugins",
+           "hold_plugin", "model_plugins", "plugin_for_node", "plugins",
            "mark_ortx_made", "ortx_made", "ortx_signature", "register_plugin", "unregister_plugin"]
 
 logger = logging.getLogger(__name__)
 
 #: The backends a plugin may name an implementation for.
-BACKEND_NAMES = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+BACKEND_NAMES = BACKENDS
 #: The domain of plugins that do not name one.
 DEFAULT_DOMAIN = "mx_trt.user"
 #: ONNX attribute types a plugin's ``attrs`` may name.
@@ -175,6 +177,19 @@ _PLUGINS: Dict[str, Plugin] = {}  # by op key
 #: process (by mx_trt.build.backends.ort_plugins): such an op cannot be replaced by one of
 #: another signature until the process ends.
 _ORTX_SIGNATURES: Dict[Tuple[str, str], Tuple[Any, ...]] = {}
+#: ``domain::op_type`` -> the live engines holding that plugin's implementation (their own reference).
+_HOLDERS: Dict[str, "weakref.WeakSet[Any]"] = {}
+
+
+def hold_plugin(p: Plugin, engine: Any) -> None:
+    """Record that ``engine`` runs ``p`` with its own reference to it (for as long as the engine lives)."""
+    with _LOCK:
+        _HOLDERS.setdefault(p.name, weakref.WeakSet()).add(engine)
+
+
+def _live_holders(name: str) -> int:
+    holders = _HOLDERS.get(name)
+    return len(holders) if holders is not None else 0
 
 
 def _ortx_signature(p: Plugin) -> Tuple[Any, ...]:
@@ -235,12 +250,12 @@ def register_plugin(
         The :class:`Plugin`.
 
     Raises:
-        ValueError: a bad name, domain, attribute type, dtype or implementation, no
+        ValueError: a bad name (or an operator MXNet does not have), priority, validator,
+            domain, attribute type, dtype or implementation, no
             implementation at all, or an ``onnxruntime-extensions`` op of this name
             already made in this process with another signature.
     """
-    if not isinstance(op, str) or not op or op == "Custom:":
-        raise ValueError(f"register_plugin: bad operator name {op!r} (use 'Name' or 'Custom:op_type')")
+    check_registration("register_plugin", op, priority, None, validator)
     op_type = op_type or (op[len("Custom:"):] if op.startswith("Custom:") else op)
     if not domain or domain in _RESERVED_DOMAINS or "::" in domain or "::" in op_type:
         raise ValueError(f"register_plugin({op!r}): domain {domain!r} / op_type {op_type!r} cannot name a plugin "
@@ -311,6 +326,13 @@ def register_plugin(
             if tuple(spec.in_dtypes) != plugin.in_dtypes or tuple(spec.out_dtypes) != plugin.out_dtypes:
                 return (f"plugin {plugin.name} is for types {list(plugin.in_dtypes)} -> {list(plugin.out_dtypes)}; "
                         f"the node has {list(spec.in_dtypes)} -> {list(spec.out_dtypes)}")
+            if spec.backend in plugin.hosted:
+                # A HostFunction's outputs are declared with input 0's shape (host_plugin).
+                first = spec.in_shapes[0] if spec.in_shapes else None
+                for k, shape in enumerate(spec.out_shapes):
+                    if first is not None and shape is not None and tuple(shape) != tuple(first):
+                        return (f"plugin {plugin.name}: output {k} has shape {shape_text(first)} (a HostFunction's "
+                                f"outputs take input 0's shape), MXNet infers {shape_text(shape)}")
             return validator(spec) if validator is not None else None
 
         def emit(ctx: ConvContext) -> None:
@@ -324,6 +346,10 @@ def register_plugin(
         old = _PLUGINS.get(key)
         if old is not None and old.identity != plugin.identity:
             remove_entries(key, old.identity)  # one plugin per operator: the new one replaces it
+        live = _live_holders(old.name) if old is not None and old.fingerprint != plugin.fingerprint else 0
+        if live:
+            logger.warning("plugin %s for %s registered again while %d live engine(s) use the earlier one: they "
+                           "keep running it; bind again to use the new one", plugin.name, key, live)
         add_user_converter(key, emit, check_plugin, priority, fingerprint, plugin.backends, plugin=plugin.name)
         _PLUGINS[key] = plugin
     logger.info("plugin %s registered for %s (backends: %s)", plugin.name, key, ", ".join(plugin.backends))
@@ -335,12 +361,17 @@ def unregister_plugin(op: str) -> bool:
 
     An ``onnxruntime-extensions`` op made for it stays in the process (it cannot be
     removed); registering the plugin again with the same signature reuses it.
+    Engines built with the plugin keep their own reference to it and keep running;
+    later binds leave its nodes native.
     """
     with _LOCK:
         plugin = _PLUGINS.pop(op, None)
+        live = _live_holders(plugin.name) if plugin is not None else 0
     if plugin is None:
         return False
     remove_entries(op, plugin.identity)
+    if live:
+        logger.info("plugin %s unregistered; %d live engine(s) keep their own reference to it", plugin.name, live)
     return True
 
 

@@ -116,6 +116,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
         input_specs=list(exported.input_specs),
         output_specs=list(exported.output_specs),
         batch_dim=exported.batch_dim,
+        plugin_shapes=list(exported.plugin_shapes), node_ops=dict(exported.node_ops),
     )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from mx_trt.passes.ir import Entry, Graph
 
 from mx_trt.export.converters import ConvContext, OpSpec, lookup
+from mx_trt.export.shapes import PluginShape, check_user_shapes, plugin_shapes_of
 from mx_trt.errors import ConversionError, MissingWeightError, UnsupportedOpError
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,10 @@ class ExportedSubgraph:
         input_specs / output_specs: ``(name, bound shape, dtype)`` per input / output.
         batch_dim: The symbolic name of dimension 0 of every input and output when
             the model is batch-dynamic, else ``None``.
+        plugin_shapes: MXNet's shapes of each plugin node (``-1``: the batch of a
+            batch-dynamic model), which the backends check the plugin's results against.
+        node_ops: MXNet node name -> its operator and, for user code, the
+            converter (``Custom:my_op, user converter my_ops.f``), for run-time errors.
         output_names: ONNX output names, in the order of the fused node's outputs.
         origin: ONNX node name -> MXNet node name, for error messages.
         weight_bytes: Bytes of initializers.
@@ -90,6 +95,8 @@ class ExportedSubgraph:
     input_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
     output_specs: List[Tuple[str, Tuple[int, ...], str]] = field(default_factory=list)
     batch_dim: Optional[str] = None
+    plugin_shapes: List[PluginShape] = field(default_factory=list)
+    node_ops: Dict[str, str] = field(default_factory=dict)
 
 
 def _np_to_onnx_dtype(dtype: Any) -> int:
@@ -129,7 +136,10 @@ def export_subgraph(
     Raises:
         UnsupportedOpError: a node has no converter.
         MissingWeightError: a variable consumed inside is neither an input nor a weight.
-        ConversionError: a converter failed; the message names the MXNet node.
+        ConversionError: a converter failed; the message names the MXNet node. Or a
+            user converter's output has another shape than MXNet infers (ONNX shape
+            inference): ``user converter my_ops.f: output 0 has shape (2, 8, 1, 1),
+            MXNet infers (2, 8, 16, 16)``.
 
     Complexity: O(nodes + edges) plus the converters' own work.
     """
@@ -186,6 +196,10 @@ def export_subgraph(
                 add_const(arr, src.name)
 
     const_values_by_name = {k: np.asarray(weights[k]) for k in inits}
+    batch = graph.shapes[inputs[0]][0] if dynamic_batch and inputs and graph.shapes.get(inputs[0]) else None
+    user_outputs: List[Tuple[str, str, List[str], List[Any]]] = []  # (label, node, ONNX names, MXNet shapes)
+    plugin_shapes: List[PluginShape] = []
+    node_ops: Dict[str, str] = {}
     for nid in order:
         node = graph.nodes[nid]
         entry = lookup(node.op, node.attrs)
@@ -211,6 +225,7 @@ def export_subgraph(
             origin[onnx_name] = _node.name
 
         ctx = ConvContext(spec, in_t, out_t, opset, add_node, add_const, unique, consts)
+        first = len(nodes_out)
         try:
             entry.converter(ctx)
         except ConversionError as exc:
@@ -219,6 +234,13 @@ def export_subgraph(
         except Exception as exc:  # a converter bug must name the node
             logger.error("converting %s node %r failed: %r", node.op, node.name, exc)
             raise ConversionError(f"{node.op} node {node.name!r}: {type(exc).__name__}: {exc}") from exc
+        node_ops[node.name] = f"{node.op}, {entry.label}" if entry.is_user else node.op
+        if entry.is_user:
+            mx_shapes = [graph.shapes.get(Entry(nid, k)) for k in range(len(out_t))]
+            user_outputs.append((entry.label, node.name, out_t, mx_shapes))
+            known: Dict[str, Optional[Sequence[int]]] = dict(zip(in_t, spec.in_shapes))
+            known.update(zip(out_t, mx_shapes))
+            plugin_shapes += plugin_shapes_of(nodes_out[first:], known, batch)
 
     def vinfo(nm: str, e: Entry) -> Any:
         shape: List[Any] = list(graph.shapes[e])
@@ -264,6 +286,8 @@ def export_subgraph(
                                                            sorted({n.domain for n in nodes_out if n.domain})],
     )
     model.ir_version = min(model.ir_version, 9)
+    if user_outputs:
+        check_user_shapes(model, user_outputs, dynamic_batch)
     def io_spec(n: str, e: Entry) -> Tuple[str, Tuple[int, ...], str]:
         return (n, tuple(graph.shapes[e]), graph.dtypes.get(e, "float32"))
 
@@ -271,7 +295,7 @@ def export_subgraph(
                             weight_bytes=weight_bytes, external=external, external_location=location if external else "",
                             input_specs=[io_spec(n, e) for n, e in zip(in_names, inputs)],
                             output_specs=[io_spec(n, e) for n, e in zip(out_names, outputs)],
-                            batch_dim=dynamic_batch)
+                            batch_dim=dynamic_batch, plugin_shapes=plugin_shapes, node_ops=node_ops)
 
 
 def initializer_protos(arrays: Mapping[str, np.ndarray], location: str) -> Tuple[List[Any], Dict[str, np.ndarray]]:

@@ -11,13 +11,14 @@ request that cannot be honoured is never answered in another precision.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
-import threading
-from typing import Any, Callable, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 from mx_trt.build.backends import Backend, select_backend
-from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError
+from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError, PrecisionConflictError
+from mx_trt.runtime.fused_op import data_ptr
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,33 @@ def strict_env() -> bool:
     return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-_scoped = threading.local()
+_scoped: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = contextvars.ContextVar("mx_trt_scoped_options", default=None)
+
+#: ``request -> executor`` for int8 binds that calibrate on their first forwards
+#: (:func:`mx_trt.quantize.online.calibrating_bind`, handed in by the package root).
+_calibrating_bind: Optional[Callable[[Any], Any]] = None
+
+
+def set_calibrating_bind(fn: Callable[[Any], Any]) -> None:
+    """Install the bind used for ``precision='int8'`` with ``calibration_iters`` and no table."""
+    global _calibrating_bind
+    _calibrating_bind = fn
+
+
+def calibrates_on_forwards(settings: Settings) -> bool:
+    """True when a bind with these settings calibrates on its first forwards (int8, no table, ``calibration_iters``)."""
+    return settings.int8 and settings.calibration is None and settings.calibration_iters > 0
+
+
+def calibrating_bind(request: Any) -> Any:
+    """The executor that calibrates on its first forwards, then runs int8 engines.
+
+    Raises:
+        MxTrtError: no calibrating bind is installed (import mx_trt).
+    """
+    if _calibrating_bind is None:
+        raise MxTrtError("calibration_iters needs mx_trt's calibrating bind (import mx_trt)")
+    return _calibrating_bind(request)
 
 
 @contextlib.contextmanager
@@ -43,12 +70,11 @@ def scoped_options(options: Mapping[str, Any]) -> Iterator[None]:
 
     Options given to a call itself win over these.
     """
-    prev = getattr(_scoped, "options", None)
-    _scoped.options = {**(prev or {}), **options}
+    token = _scoped.set({**(_scoped.get() or {}), **options})
     try:
         yield
     finally:
-        _scoped.options = prev
+        _scoped.reset(token)
 
 
 def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "backend options") -> Settings:
@@ -59,7 +85,7 @@ def call_settings(options: Optional[Mapping[str, Any]] = None, where: str = "bac
         MxTrtError: an environment value or an option is not allowed (the message names it).
     """
     settings = Settings.from_env()
-    merged = {**(getattr(_scoped, "options", None) or {}), **(options or {})}
+    merged = {**(_scoped.get() or {}), **(options or {})}
     settings = settings.with_options(merged, where) if merged else settings
     settings.check_int8()
     return settings
@@ -81,6 +107,31 @@ def grad_requests(grad_req: Any) -> List[Any]:
     if isinstance(grad_req, (list, tuple)):
         return list(grad_req)
     return [grad_req]
+
+
+def load_weights(exe: Any, buffer: Mapping[str, Any]) -> None:
+    """Give a natively bound executor the values of ``buffer`` (``shared_buffer``): arguments and aux states.
+
+    MXNet's ``simple_bind`` shares an argument's array with ``shared_buffer``
+    only where shape, dtype and context allow, and never takes aux states from
+    it. Every native bind that mx_trt makes on the user's behalf calls this, so
+    that a fallback computes what the accelerated bind would have: BatchNorm
+    statistics included. Arrays already sharing the buffer's memory are left
+    alone; a name whose shape differs is left to MXNet (it reallocated it).
+    """
+    import mxnet as mx
+
+    for target in (exe.arg_dict, exe.aux_dict):
+        for name, dst in target.items():
+            src = buffer.get(name)
+            if src is None or tuple(src.shape) != tuple(dst.shape):
+                continue
+            if isinstance(src, mx.nd.NDArray):
+                if src.context == dst.context and data_ptr(src) == data_ptr(dst):
+                    continue
+                src.copyto(dst)
+            else:
+                dst[:] = src
 
 
 def one_line(exc: BaseException) -> str:
@@ -108,6 +159,7 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
     Raises:
         BackendUnavailableError: a backend forced by name is missing.
         CalibrationError: int8 was asked for without a usable calibration table.
+        PrecisionConflictError: int8 and fp16 were asked for together.
         Exception: whatever ``accelerated`` raised, when strict (a :class:`NativeFallback` never).
     """
     tail = fallback or f"{what} runs natively"
@@ -115,8 +167,8 @@ def guarded(what: str, accelerated: Callable[[], T], native: Callable[[], T],
         return accelerated()
     except NativeFallback as exc:
         logger.warning("%s %s: %s", prefix, exc, tail)
-    except CalibrationError:
-        raise
+    except (CalibrationError, PrecisionConflictError):
+        raise  # explicit requests that cannot be honoured as asked: never replaced by a native run
     except BackendUnavailableError as exc:
         if _forced_backend(options) or _strict(options):
             raise

@@ -78,8 +78,16 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import MxTrtError
+from mx_trt import patches
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt.frontends.common import (
+    NativeFallback,
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    guarded,
+)
 from mx_trt.pipeline.bind import BindInfo, bind, bind_optimized
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import digest
@@ -405,6 +413,11 @@ class AcceleratedCachedOp:
         request = BindRequest(symbol=self._symbol, shapes=shapes, params=params, settings=self.settings,
                               backend=call_backend(ctx, self.settings), ctx=ctx, type_dict=types,
                               native_bind=hook.original_simple_bind())
+        if calibrates_on_forwards(self.settings):  # MXNet 1.9.1's calibration_iters: native first, int8 after
+            exe = calibrating_bind(request)
+            info = BindInfo(symbol=self._symbol, original=self._symbol, plan=None, engines=[], absorbed={})  # type: ignore[arg-type]
+            self.passes += 1
+            return _Entry(exe, info, request, self._data_inputs, None)
         exe, info = bind(request)
         self.passes += 1
         logger.info("%s: %d engine(s) for inputs %s (%d weight(s) baked in, %d built)", self.name, len(info.engines),
@@ -538,17 +551,16 @@ def _accelerate(block: Any, args: Sequence[Any], explicit: bool) -> None:
 
 _lock = threading.Lock()
 _installed = False
-_originals: Dict[str, Any] = {}
 
 
 def _wrap(owner: Any, attr: str, make: Callable[[Any], Callable[..., Any]]) -> None:
-    original = getattr(owner, attr)
-    wrapper = make(original)
-    wrapper.__name__ = getattr(original, "__name__", attr)
-    wrapper.__doc__ = original.__doc__
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    _originals[f"{owner.__name__}.{attr}"] = original
-    setattr(owner, attr, wrapper)
+    patches.wrap(owner, attr, make)
+
+
+def _uninstalled() -> None:
+    global _installed
+    with _lock:
+        _installed = False
 
 
 def install() -> None:
@@ -611,11 +623,8 @@ def install() -> None:
             _wrap(gparam.Parameter, attr, param_update)
         for attr in ("step", "update"):
             _wrap(gtrainer.Trainer, attr, trainer_update)
-        _originals["autograd.set_training"] = mx.autograd.set_training
-        wrapped = set_training(mx.autograd.set_training)
-        wrapped.__doc__ = mx.autograd.set_training.__doc__
-        wrapped.__wrapped__ = mx.autograd.set_training  # type: ignore[attr-defined]
-        mx.autograd.set_training = wrapped
+        _wrap(mx.autograd, "set_training", set_training)
+        patches.on_uninstall(_uninstalled)
         _installed = True
         logger.debug("mx_trt: Gluon hooked")
 

@@ -16,9 +16,11 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
+from mx_trt.settings import ScopedDefault, masked_subgraph_backend, subgraph_backend_is_tensorrt
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +31,16 @@ _local = threading.local()
 _patched = False
 _lock = threading.RLock()  # install() may re-enter through the start-up hook
 _original_simple_bind: Optional[Any] = None
-_original_copy_params: Optional[Any] = None
 
 #: ``accelerated(symbol, ctx, grad_req=..., type_dict=..., ..., **shapes) -> executor``:
 #: the signature of ``Symbol.simple_bind`` with the symbol first.
 AcceleratedBind = Callable[..., Any]
 _accelerated: Optional[AcceleratedBind] = None
+#: ``(is_deferred(symbol), bind)``: symbols that carry their TensorRT request (``get_backend_symbol``,
+#: ``optimize_for`` without shapes) bind through ``bind``, whatever the switch says.
+_deferred: Optional[Tuple[Callable[[Any], bool], AcceleratedBind]] = None
+#: ``set_use_tensorrt``'s value (``None``: the environment decides): this thread's, the main thread's by default.
+_use_override: ScopedDefault[Tuple[bool, Tuple[Optional[str], ...]]] = ScopedDefault("mx_trt_use_tensorrt")
 #: Patches of the other front-ends (Module, Gluon, Symbol.optimize_for/bind), run once mxnet is hooked.
 _installers: List[Callable[[], None]] = []
 
@@ -51,6 +57,21 @@ def set_accelerated_bind(fn: AcceleratedBind) -> None:
     _accelerated = fn
 
 
+def set_deferred_bind(is_deferred: Callable[[Any], bool], fn: AcceleratedBind) -> None:
+    """Install the bind of symbols that carry their own TensorRT request (same signature as :func:`set_accelerated_bind`)."""
+    global _deferred
+    _deferred = (is_deferred, fn)
+
+
+def set_use_tensorrt(status: Optional[bool]) -> None:
+    """The switch over the environment (``None``: the environment decides again).
+
+    For this thread's binds; set in the main thread, the default of every thread (:class:`ScopedDefault`).
+    """
+    # As MXNet's own (which wrote MXNET_USE_TENSORRT), the last word wins: a later change of the variable overrides it.
+    _use_override.set(None if status is None else (bool(status), _switch_raw()))
+
+
 def add_installer(fn: Callable[[], None]) -> None:
     """Run ``fn`` (another front-end's patch of MXNet) when the hook is installed, or now if it is.
 
@@ -63,6 +84,11 @@ def add_installer(fn: Callable[[], None]) -> None:
         patched = _patched
     if patched:
         fn()
+
+
+def _switch_raw() -> Tuple[Optional[str], ...]:
+    """The raw values of the switch's variables, to tell whether they changed since ``set_use_tensorrt``."""
+    return tuple(os.environ.get(n) for n in ENV_SWITCH)
 
 
 def env_enabled() -> bool:
@@ -85,11 +111,18 @@ def env_enabled() -> bool:
 
 
 def pass_enabled() -> bool:
-    """The effective switch: the environment, unless a :func:`disabled`/:func:`forced` block overrides it."""
+    """The effective switch: a :func:`disabled`/:func:`forced` block, else :func:`set_use_tensorrt`, else the environment.
+
+    The environment turns the pass on with ``MXNET_USE_TENSORRT=1`` or, as in
+    MXNet 1.5 to 1.9, ``MXNET_SUBGRAPH_BACKEND=TensorRT``.
+    """
     forced = getattr(_local, "forced", None)
     if forced is not None:
         return bool(forced)
-    return env_enabled()
+    override = _use_override.get()
+    if override is not None and override[1] == _switch_raw():
+        return bool(override[0])
+    return env_enabled() or subgraph_backend_is_tensorrt()
 
 
 @contextlib.contextmanager
@@ -142,13 +175,21 @@ def install_when_mxnet_imported() -> None:
         arm()
 
 
+def _uninstalled() -> None:
+    """After :func:`mx_trt.patches.uninstall`: the next :func:`install` patches MXNet again."""
+    global _patched, _original_simple_bind
+    with _lock:
+        _patched = False
+        _original_simple_bind = None
+
+
 def install() -> None:
-    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once.
+    """Patch ``mxnet.symbol.Symbol.simple_bind`` and ``Executor.copy_params_from`` once (:mod:`mx_trt.patches`).
 
     Idempotent and thread-safe. Imports mxnet. With the pass on, the patched
     ``simple_bind`` runs the callable given to :func:`set_accelerated_bind`.
     """
-    global _patched, _original_simple_bind, _original_copy_params
+    global _patched, _original_simple_bind
     if _patched:
         return
     with _lock:
@@ -158,37 +199,50 @@ def install() -> None:
 
         sym_cls = mx.symbol.Symbol
         exe_cls = mx.executor.Executor
-        _original_simple_bind = sym_cls.simple_bind
-        _original_copy_params = exe_cls.copy_params_from
+        real_simple_bind = sym_cls.simple_bind
 
-        def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
-                        group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
-                        shared_buffer: Any = None, **kwargs: Any) -> Any:
-            if pass_enabled():
-                accelerated = _accelerated
-                if accelerated is None:
-                    raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
-                return accelerated(
-                    self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
-                    shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
-            return _original_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
-                                         group2ctx=group2ctx, shared_arg_names=shared_arg_names,
-                                         shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        def native_simple_bind(*args: Any, **kwargs: Any) -> Any:
+            with masked_subgraph_backend():  # MXNet itself has no 'TensorRT' subgraph backend
+                return real_simple_bind(*args, **kwargs)
 
-        simple_bind.__doc__ = _original_simple_bind.__doc__
-        simple_bind.__wrapped__ = _original_simple_bind  # type: ignore[attr-defined]
+        native_simple_bind.__wrapped__ = real_simple_bind  # type: ignore[attr-defined]
+        _original_simple_bind = native_simple_bind
 
-        def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None, allow_extra_params: bool = False) -> Any:
-            info = getattr(self, "_mx_trt", None)
-            if info is not None:
-                arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
-            return _original_copy_params(self, arg_params, aux_params, allow_extra_params)
+        def make_simple_bind(_: Any) -> Any:
+            def simple_bind(self: Any, ctx: Any, grad_req: Any = "write", type_dict: Any = None, stype_dict: Any = None,
+                            group2ctx: Any = None, shared_arg_names: Any = None, shared_exec: Any = None,
+                            shared_buffer: Any = None, **kwargs: Any) -> Any:
+                deferred = _deferred
+                if deferred is not None and deferred[0](self):
+                    return deferred[1](
+                        self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer,
+                        **kwargs)
+                if pass_enabled():
+                    accelerated = _accelerated
+                    if accelerated is None:
+                        raise MxTrtError("the TensorRT pass is on but no accelerated bind is installed (import mx_trt)")
+                    return accelerated(
+                        self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer,
+                        **kwargs)
+                return native_simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict,
+                                          group2ctx=group2ctx, shared_arg_names=shared_arg_names,
+                                          shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+            return simple_bind
 
-        copy_params_from.__doc__ = _original_copy_params.__doc__
-        copy_params_from.__wrapped__ = _original_copy_params  # type: ignore[attr-defined]
+        def make_copy_params_from(original: Any) -> Any:
+            def copy_params_from(self: Any, arg_params: Any, aux_params: Any = None,
+                                 allow_extra_params: bool = False) -> Any:
+                info = getattr(self, "_mx_trt", None)
+                if info is not None:
+                    arg_params, aux_params = info.check_absorbed(arg_params, aux_params)
+                return original(self, arg_params, aux_params, allow_extra_params)
+            return copy_params_from
 
-        sym_cls.simple_bind = simple_bind
-        exe_cls.copy_params_from = copy_params_from
+        patches.wrap(sym_cls, "simple_bind", make_simple_bind)
+        patches.wrap(exe_cls, "copy_params_from", make_copy_params_from)
+        patches.on_uninstall(_uninstalled)
         _patched = True
         logger.debug("mx_trt: Symbol.simple_bind hooked")
         for fn in list(_installers):

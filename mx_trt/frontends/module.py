@@ -47,8 +47,16 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 
 import numpy as np
 
-from mx_trt.frontends import hook
-from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, guarded
+from mx_trt import patches
+from mx_trt.frontends import deferred, hook
+from mx_trt.frontends.common import (
+    NativeFallback,
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    guarded,
+)
 from mx_trt.pipeline.bind import bind as pipeline_bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import digest
@@ -65,7 +73,6 @@ Signature = Tuple[Tuple[str, Tuple[int, ...], str], ...]
 _lock = threading.Lock()
 _install_lock = threading.RLock()
 _installed = False
-_originals: Dict[str, Any] = {}
 _local = threading.local()
 #: Bumped whenever weights may have changed outside one group's own ``set_params``
 #: (another bucket's ``set_params``, ``Module.update``, :func:`refresh`).
@@ -326,6 +333,8 @@ def _build(group: Any, state: _GroupState, i: int, sig: Signature) -> Any:
     request = BindRequest(symbol=group.symbol, shapes={n: s for n, s, _ in sig}, params=params, settings=settings,
                           backend=call_backend(ctx, settings), ctx=ctx, type_dict={n: t for n, _, t in sig},
                           native_bind=hook.original_simple_bind())
+    if calibrates_on_forwards(settings):  # MXNet 1.9.1's calibration_iters: native first, int8 after
+        return calibrating_bind(request)
     exe, info = pipeline_bind(request)
     logger.info("Module on %s, inputs %s: %d engine(s), %d weight(s) baked in (%d built, %d loaded, %d reused)",
                 ctx, [s for _, s, _ in sig], len(info.engines), len(info.absorbed), info.builds, info.loads,
@@ -393,13 +402,7 @@ def _module_scope(module: Any) -> Iterator[None]:
 
 
 def _wrap(cls: Any, name: str, make: Callable[[Any], Any]) -> None:
-    original = getattr(cls, name)
-    _originals[f"{cls.__name__}.{name}"] = original
-    wrapper = make(original)
-    wrapper.__name__ = original.__name__
-    wrapper.__doc__ = original.__doc__
-    wrapper.__wrapped__ = original
-    setattr(cls, name, wrapper)
+    patches.wrap(cls, name, make)
 
 
 def _patch_group(dpeg: Any) -> None:
@@ -509,11 +512,35 @@ def _patch_group(dpeg: Any) -> None:
     _wrap(dpeg, "forward", make_forward)
 
 
+def _take_tensorrt_symbol(module: Any) -> Optional[Dict[str, Any]]:
+    """A Module made from a TensorRT symbol (``get_backend_symbol``): bind its expanded graph with the pass.
+
+    Returns:
+        The weights the symbol carries (to initialize the Module with), or ``None`` for an ordinary symbol.
+    """
+    sym = getattr(module, "_symbol", None)
+    if sym is None or not deferred.is_deferred(sym):
+        return None
+    full, captured = deferred.expand_symbol(sym)
+    module._symbol = full
+    if getattr(module, "_mx_trt_config", None) is None:
+        configure(module, enabled=captured.native_reason is None, **captured.options)
+    logger.info("Module of a TensorRT symbol: its regions are expanded and the pass builds the engines")
+    return captured.params
+
+
 def _patch_modules(module_cls: Any, bucketing_cls: Any) -> None:
     def make_bind(original: Any) -> Any:
         def bind(self: Any, *args: Any, **kwargs: Any) -> Any:
+            carried = _take_tensorrt_symbol(self)
             with _module_scope(self):
-                return original(self, *args, **kwargs)
+                out = original(self, *args, **kwargs)
+            if carried and not getattr(self, "params_initialized", True):
+                names = set(self._symbol.list_arguments())
+                self.init_params(arg_params={k: v for k, v in carried.items() if k in names},
+                                 aux_params={k: v for k, v in carried.items() if k not in names},
+                                 allow_missing=True)
+            return out
         return bind
 
     def make_update(original: Any) -> Any:
@@ -527,6 +554,12 @@ def _patch_modules(module_cls: Any, bucketing_cls: Any) -> None:
     _wrap(module_cls, "bind", make_bind)
     _wrap(module_cls, "update", make_update)
     _wrap(bucketing_cls, "bind", make_bind)
+
+
+def _uninstalled() -> None:
+    global _installed
+    with _install_lock:
+        _installed = False
 
 
 def install() -> None:
@@ -548,5 +581,6 @@ def install() -> None:
 
         _patch_group(executor_group.DataParallelExecutorGroup)
         _patch_modules(Module, BucketingModule)
+        patches.on_uninstall(_uninstalled)
         _installed = True
         logger.debug("mx_trt: Module and BucketingModule hooked")

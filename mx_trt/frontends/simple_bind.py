@@ -7,11 +7,21 @@ costs one warning and MXNet's own bind; ``MXNET_TENSORRT_STRICT=1`` raises inste
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import call_backend, call_settings, grad_requests, guarded
+from mx_trt.frontends.common import (
+    call_backend,
+    call_settings,
+    calibrates_on_forwards,
+    calibrating_bind,
+    grad_requests,
+    guarded,
+    load_weights,
+)
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.runtime.fused_op import holds_fused_nodes
@@ -27,7 +37,7 @@ def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, sty
         return "no weights were given: pass the merged arg_params and aux_params as shared_buffer"
     shaped = {k for k, v in kwargs.items() if isinstance(v, tuple)}
     unshaped = [n for n in list(sym.list_arguments()) + list(sym.list_auxiliary_states()) if n not in shaped]
-    if unshaped and not any(n in shared_buffer for n in unshaped):
+    if unshaped and not _carried.get() and not any(n in shared_buffer for n in unshaped):
         # Module binds this way before any weight exists (shared_buffer={} holds data arrays only),
         # then copies weights in by position: an executor without them would break it.
         return ("shared_buffer holds none of the weights (" + ", ".join(unshaped[:3])
@@ -37,6 +47,19 @@ def _why_native(sym: Any, grad_req: Any, shared_buffer: Any, group2ctx: Any, sty
     if stype_dict and any(v != "default" for v in stype_dict.values()):
         return "sparse storage types are not supported by the pass"
     return None
+
+
+_carried: "contextvars.ContextVar[bool]" = contextvars.ContextVar("mx_trt_weights_carried", default=False)
+
+
+@contextlib.contextmanager
+def weights_carried() -> Iterator[None]:
+    """Binds inside this block bring every weight they have (a TensorRT symbol's): none missing is not a Module's bind."""
+    token = _carried.set(True)
+    try:
+        yield
+    finally:
+        _carried.reset(token)
 
 
 def shape_keywords(sym: Any, kwargs: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:
@@ -84,8 +107,11 @@ def accelerated_simple_bind(
     original = hook.original_simple_bind()
 
     def native() -> Any:
-        return original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
-                        shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        exe = original(sym, ctx, grad_req=grad_req, type_dict=type_dict, stype_dict=stype_dict, group2ctx=group2ctx,
+                       shared_arg_names=shared_arg_names, shared_exec=shared_exec, shared_buffer=shared_buffer, **kwargs)
+        if shared_buffer:  # as the accelerated bind does: arguments and aux states from shared_buffer
+            load_weights(exe, shared_buffer)
+        return exe
 
     if holds_fused_nodes(sym):  # already optimized (Symbol.optimize_for): its fused nodes are the engines
         logger.debug("simple_bind: the symbol already holds fused nodes; bound natively")
@@ -100,6 +126,8 @@ def accelerated_simple_bind(
         request = BindRequest(symbol=sym, shapes=shape_keywords(sym, kwargs), params=dict(shared_buffer),
                               settings=settings, backend=call_backend(ctx, settings), ctx=ctx, type_dict=type_dict,
                               native_bind=original, shared_arg_names=shared_arg_names, shared_exec=shared_exec)
+        if calibrates_on_forwards(settings):
+            return calibrating_bind(request)
         return bind(request)[0]
 
     return guarded("simple_bind", accelerated, native, fallback="binding natively")

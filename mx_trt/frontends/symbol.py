@@ -43,6 +43,7 @@ Whatever stops the pass costs one warning and MXNet's own result for the call
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -50,14 +51,17 @@ import threading
 import warnings
 from typing import Any, Dict, FrozenSet, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
+from mx_trt import patches
 from mx_trt.errors import MxTrtError
-from mx_trt.frontends import hook
+from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, grad_requests, guarded
 from mx_trt.pipeline.bind import BindInfo, optimize
 from mx_trt.pipeline.request import BindRequest
+from mx_trt.settings import masked_subgraph_backend
 from mx_trt.runtime.fused_op import (
     OP_TYPE,
     FusedEngine,
+    guard_forward,
     fused_engine_keys,
     holds_fused_nodes,
     lookup_engine,
@@ -116,9 +120,18 @@ def release(symbol: Any) -> int:
     Args:
         symbol: The optimized symbol (or its JSON text).
 
+    For a TensorRT symbol whose engines are built at ``simple_bind``
+    (``get_backend_symbol``, ``optimize_for`` without shapes), the weights kept
+    with it are let go too: binding it afterwards needs them in ``shared_buffer``.
+
     Returns:
         How many engines were pinned and are released.
     """
+    if isinstance(symbol, str):
+        if deferred.PLACEHOLDER_OP in symbol or deferred.TOKEN_HIDDEN in symbol:
+            deferred.release_tokens(deferred.tokens_of(json.loads(symbol)))
+    else:
+        deferred.release_tokens(deferred.tokens_in(symbol))
     return unpin(fused_engine_keys(symbol))
 
 
@@ -195,6 +208,15 @@ def _inputs_of(sym: Any, args: Optional[Mapping[str, Any]], aux: Optional[Mappin
     return shapes, params, types
 
 
+def _has_shapes(sym: Any, args: Optional[Mapping[str, Any]], aux: Optional[Mapping[str, Any]],
+                shape_dict: Optional[Mapping[str, Any]], data: FrozenSet[str]) -> bool:
+    """Whether ``optimize_for`` was given a shape for some input (``shape_dict``, or data arrays named as data)."""
+    names = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+    if any(k in names for k in (shape_dict or {})):
+        return True
+    return any(k in names and k in data for k in list((args or {})) + list((aux or {})))
+
+
 def _update_in_place(old: Any, new: Any, args: Optional[MutableMapping[str, Any]],
                      aux: Optional[MutableMapping[str, Any]]) -> None:
     """Update the caller's dicts as MXNet's ``optimize_for`` does: drop what ``new`` no longer takes, add what it gained."""
@@ -250,15 +272,18 @@ def optimize_for(sym: Any, backend: str, args: Optional[Dict[str, Any]] = None, 
     """
     original = _original("optimize_for")
 
-    def native() -> Any:
-        return original(sym, backend, args, aux, ctx, shape_dict, type_dict, stype_dict, skip_infer, **kwargs)
-
     if not is_our_backend(backend) or not isinstance(args, (dict, type(None))) or not isinstance(aux, (dict, type(None))):
-        return native()  # MXNet's own, or MXNet's own assertion on the arguments
+        return original(sym, backend, args, aux, ctx, shape_dict, type_dict, stype_dict, skip_infer, **kwargs)
     if holds_fused_nodes(sym):
         logger.info("Symbol.optimize_for(%r): the symbol is already optimized; returned unchanged", backend)
         return sym.__copy__()
     what = f"Symbol.optimize_for({backend!r})"
+    given = {**(aux or {}), **(args or {})}
+
+    def native() -> Any:
+        # MXNet has no 'TensorRT' backend of its own: the symbol comes back as it is, with the weights
+        # riding along, so that a later simple_bind without copy_params_from still computes the right outputs.
+        return deferred.defer(sym, params=given, native_reason=f"{what} could not prepare the pass")
 
     def accelerated() -> Any:
         import mxnet as mx
@@ -270,6 +295,12 @@ def optimize_for(sym: Any, backend: str, args: Optional[Dict[str, Any]] = None, 
             raise NativeFallback("sparse storage types are not supported by the pass")
         if skip_infer:
             logger.debug("%s: skip_infer is ignored (the pass infers shapes)", what)
+        if not _has_shapes(sym, args, aux, shape_dict, data):
+            # MXNet 1.9.1's way: no shapes yet, so the engines are built at the simple_bind that brings them.
+            opts = {k: v for k, v in kwargs.items() if k != "data_names"}
+            if settings.int8 and settings.calibration is None and not settings.calibration_iters:
+                raise NativeFallback("precision='int8' needs calibration_iters=N or a calibration table")
+            return deferred.defer(sym, options=opts, params=given)
         target = ctx if ctx is not None else mx.context.current_context()
         shapes, params, types = _inputs_of(sym, args, aux, shape_dict, type_dict, data, what)
         request = BindRequest(symbol=sym, shapes=shapes, params=params, settings=settings,
@@ -371,6 +402,30 @@ def accelerated_bind(sym: Any, ctx: Any, args: Any, args_grad: Any = None, grad_
     return guarded("Symbol.bind", accelerated, native)
 
 
+def deferred_bind(sym: Any, ctx: Any, args: Any, args_grad: Any = None, grad_req: Any = "write",
+                  aux_states: Any = None, group2ctx: Any = None, shared_exec: Any = None) -> Any:
+    """``Symbol.bind`` of a TensorRT symbol (``get_backend_symbol``/``optimize_for`` without shapes).
+
+    The regions are expanded and the expanded symbol is bound with the pass on
+    (:func:`accelerated_bind`), on the caller's arrays; arrays missing for weights
+    kept with the symbol are taken from those.
+    """
+    full, captured = deferred.expand_symbol(sym)
+    if isinstance(args, (list, tuple)):
+        args = dict(zip(sym.list_arguments(), args))
+    if isinstance(aux_states, (list, tuple)):
+        aux_states = dict(zip(sym.list_auxiliary_states(), aux_states))
+    if isinstance(args, dict):
+        args = {**{k: v for k, v in captured.params.items() if k in set(full.list_arguments())}, **args}
+    if isinstance(aux_states, dict) or aux_states is None:
+        aux_states = {**{k: v for k, v in captured.params.items() if k in set(full.list_auxiliary_states())},
+                      **(aux_states or {})}
+    if captured.native_reason is not None:
+        return _original("bind")(full, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
+    with hook.forced():
+        return accelerated_bind(full, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
+
+
 def bind_optimized_on(info: BindInfo, ctx: Any, arrays: Mapping[str, Any], shared_exec: Any = None) -> Any:
     """MXNet's own ``bind`` of ``info.symbol`` on the caller's arrays (by name), for inference.
 
@@ -387,6 +442,7 @@ def bind_optimized_on(info: BindInfo, ctx: Any, arrays: Mapping[str, Any], share
     exe = _original("bind")(new, ctx, {n: arrays[n] for n in new.list_arguments()}, None, "null",
                             {n: arrays[n] for n in new.list_auxiliary_states()}, None, shared_exec)
     exe._mx_trt = info
+    guard_forward(exe, info.engines)
     return exe
 
 
@@ -416,16 +472,30 @@ def install() -> None:
 
         cls = mx.symbol.Symbol
         sym_mod = mx.symbol.symbol
-        found = {"optimize_for": cls.optimize_for, "bind": cls.bind, "load": sym_mod.load,
-                 "load_json": sym_mod.load_json}
+        real_bind = cls.bind
+
+        def native_bind(*args: Any, **kwargs: Any) -> Any:
+            with masked_subgraph_backend():  # MXNet itself has no 'TensorRT' subgraph backend
+                return real_bind(*args, **kwargs)
+
+        native_bind.__wrapped__ = real_bind  # type: ignore[attr-defined]
+        found = {"optimize_for": cls.optimize_for, "bind": native_bind, "load": sym_mod.load,
+                 "load_json": sym_mod.load_json, "get_backend_symbol": cls.get_backend_symbol}
 
         def optimize_for_(self: Any, backend: str, args: Any = None, aux: Any = None, ctx: Any = None,
                           shape_dict: Any = None, type_dict: Any = None, stype_dict: Any = None,
                           skip_infer: bool = False, **kwargs: Any) -> Any:
             return optimize_for(self, backend, args, aux, ctx, shape_dict, type_dict, stype_dict, skip_infer, **kwargs)
 
+        def get_backend_symbol(self: Any, backend: str) -> Any:
+            if is_our_backend(backend):
+                return deferred.defer(self)
+            return found["get_backend_symbol"](self, backend)
+
         def bind(self: Any, ctx: Any, args: Any, args_grad: Any = None, grad_req: Any = "write",
                  aux_states: Any = None, group2ctx: Any = None, shared_exec: Any = None) -> Any:
+            if deferred.is_deferred(self):
+                return deferred_bind(self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
             if hook.pass_enabled():
                 return accelerated_bind(self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
             return found["bind"](self, ctx, args, args_grad, grad_req, aux_states, group2ctx, shared_exec)
@@ -441,20 +511,22 @@ def install() -> None:
                 check_engines_alive(json_str)
             return found["load_json"](json_str)
 
-        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "load": load, "load_json": load_json}
+        wrappers: Dict[str, Any] = {"optimize_for": optimize_for_, "bind": bind, "get_backend_symbol": get_backend_symbol}
         for name, fn in wrappers.items():
-            fn.__doc__ = found[name].__doc__
-            fn.__wrapped__ = found[name]
-            fn.__name__ = name
-        cls.optimize_for = optimize_for_
-        cls.bind = bind
+            patches.wrap(cls, name, _constant(fn))
         for module in (sym_mod, mx.symbol):
             if getattr(module, "load", None) is found["load"]:
-                module.load = load
+                patches.wrap(module, "load", lambda _original: load)
             if getattr(module, "load_json", None) is found["load_json"]:
-                module.load_json = load_json
+                patches.wrap(module, "load_json", lambda _original: load_json)
+        patches.on_uninstall(_originals.clear)
         _originals.update(found)
         logger.debug("mx_trt: Symbol.optimize_for, bind and load hooked")
+
+
+def _constant(fn: Any) -> Any:
+    """``make`` for :func:`mx_trt.patches.wrap` when the wrapper is already made."""
+    return lambda _original: fn
 
 
 def _read_text(fname: Any) -> Optional[str]:

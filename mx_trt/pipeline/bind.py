@@ -28,7 +28,7 @@ from mx_trt.build.engines import EngineProvider, SubgraphJob
 from mx_trt.build.profiles import batch_ranges
 from mx_trt.build.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
-from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError, ShapeError
+from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.subgraph import entry_name, op_spec
 from mx_trt.graph.importer import graph_to_json
@@ -40,7 +40,7 @@ from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward, register_engine
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -162,6 +162,9 @@ def optimize(request: BindRequest) -> BindInfo:
             src = graph.nodes[e.node]
             if src.is_variable and e.node in absorbed_ids:
                 needed.add(src.name)
+    # Native operators still running may rewrite a weight in place (MXNet's oneDNN convolution reorders its
+    # weight into a blocked layout during an inference forward): the weights are read only once nothing runs.
+    mx.nd.waitall()
     weights_np = LazyWeights(params, needed)
     digests_all = {k: digest_of(weights_np[k]) for k in sorted(needed)}  # the views are kept for the export
     ranges = batch_ranges(settings, shapes)
@@ -197,6 +200,8 @@ def optimize(request: BindRequest) -> BindInfo:
                     continue
                 engine, source, (sg_provider, sg_exporter, sg_settings, sg_int8) = chosen
         except MxTrtError as exc:
+            if settings.strict and isinstance(exc, ConversionError):
+                raise  # a converter broke (a user converter's output shape among others): strict wants to know
             failures[sg.name] = str(exc)
             logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
                            _op_summary(graph, sg.nodes), exc)
@@ -280,6 +285,7 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
         if name in params:
             _copy_into(exe.aux_dict[name], params[name])
     exe._mx_trt = info
+    guard_forward(exe, info.engines)
     return exe
 
 

@@ -14,6 +14,7 @@ Stages, in order::
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -22,7 +23,7 @@ import numpy as np
 
 from mx_trt.build.progress import TerminalLine, bar
 from mx_trt.errors import CalibrationError, MxTrtError
-from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, graph_digest
+from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, check_writable_table, graph_digest
 from mx_trt.export.subgraph import entry_name
 from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_backend
@@ -72,7 +73,8 @@ def calibrate(sym: Any, params: Any, data: Any, num_batches: Optional[int] = Non
 
     Raises:
         CalibrationError: a bad method or percentile, no batch, a batch that does not
-            fit the symbol, or a tensor holding NaN/infinity.
+            fit the symbol, a tensor holding NaN/infinity, or ``out`` in a folder that
+            does not exist (checked first) or that cannot be written.
         MxTrtError: a bad option, or the graph cannot be analysed.
 
     Complexity: one native forward per batch, plus O(tensor size) per tensor for
@@ -86,6 +88,8 @@ def calibrate(sym: Any, params: Any, data: Any, num_batches: Optional[int] = Non
         raise CalibrationError(f"percentile={percentile!r} must be in (0, 100]")
     if num_batches is not None and (isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1):
         raise CalibrationError(f"num_batches={num_batches!r} must be a positive integer or None")
+    if out is not None:
+        check_writable_table(out)  # before the calibration runs, not after
     ctx = ctx if ctx is not None else mx.cpu()
     weights = _weights(params)
     settings = _settings(options)
@@ -94,55 +98,115 @@ def calibrate(sym: Any, params: Any, data: Any, num_batches: Optional[int] = Non
     if first is None:
         raise CalibrationError("calibrate: the data gave no batch")
     shapes = {k: tuple(v.shape) for k, v in first.items()}
-    try:
-        backend = call_backend(ctx, settings)
-    except MxTrtError as exc:  # the partition is the one TensorRT would make
-        logger.info("calibrate: no engine backend for %s (%s); partitioning as for TensorRT", ctx, exc)
-        backend = None
-    plan = analyze(BindRequest(symbol=sym, shapes=shapes, params=weights, settings=settings, backend=backend,
-                               ctx=ctx, type_dict=type_dict))
-    graph = plan.graph
-    inside = [n for s in plan.partition.subgraphs for n in s.nodes]
-    entries = sorted({e for acts in activation_inputs(graph, inside, plan.weights, True).values() for e in acts})
-    if not entries:
-        logger.warning("calibrate: no operator of the engines' subgraphs can be quantized (%d subgraph(s)): the "
-                       "table is empty and int8 engines would run in float", len(plan.partition.subgraphs))
-    variables = [e for e in entries if graph.nodes[e.node].is_variable]
-    computed = [e for e in entries if not graph.nodes[e.node].is_variable]
-    collectors = {e: make_collector(method) for e in entries}
-    runner = _Runner(sym, graph, computed, weights, ctx, type_dict) if computed else None
+    cal = Calibrator(sym, weights, shapes, settings, ctx, type_dict, method, percentile)
     length = _length(data)
     bar = _Progress(min(n for n in (num_batches, length) if n is not None) if num_batches or length else None, progress)
-    seen = samples = 0
     batch: Optional[Dict[str, Any]] = first
     while batch is not None:
-        if set(batch) != set(shapes):
-            raise CalibrationError(f"calibrate: batch {seen + 1} has inputs {sorted(batch)}, the first had {sorted(shapes)}")
-        values = runner.forward(batch) if runner is not None else {}
-        for e in variables:
-            values[e] = _numpy(batch[graph.nodes[e.node].name])
-        for e, v in values.items():
-            collectors[e].update(v)
-        seen += 1
-        samples += int(next(iter(batch.values())).shape[0]) if batch else 0
-        bar.step(seen)
-        if num_batches is not None and seen >= num_batches:
+        cal.add(batch)
+        bar.step(cal.batches)
+        if num_batches is not None and cal.batches >= num_batches:
             break
         batch = next(batches, None)
     bar.done()
-    table = CalibrationTable(
-        graph_digest=graph_digest(graph), method=method,
-        tensors={(e.node, e.index): collector_range(collectors[e], method, percentile) for e in entries},
-        names={(e.node, e.index): entry_name(graph, e) for e in entries}, num_batches=seen, num_samples=samples,
-        percentile=float(percentile) if method == "percentile" else None)
-    logger.info("calibrate: %d tensor(s) over %d batch(es), %d sample(s) (%s)", len(entries), seen, samples, method)
+    table = cal.table()
     if out is not None:
         table.save(out)
     return table
 
 
+class Calibrator:
+    """Ranges of the tensors an int8 export quantizes, collected batch by batch (native MXNet).
+
+    Used by :func:`calibrate` over the user's data, and by the executors that
+    calibrate on their first forwards (:mod:`mx_trt.quantize.online`).
+
+    Args:
+        sym: The symbol.
+        weights: Weights and aux states by name (NDArrays).
+        shapes: Data input shapes (those of the batches).
+        settings: The bind's settings (their precision is ignored: calibration runs in float).
+        ctx: Where MXNet runs.
+        type_dict: Input dtypes, as for ``simple_bind``.
+        method / percentile: As for :func:`calibrate`.
+
+    Raises:
+        MxTrtError: the graph cannot be analysed.
+    """
+
+    def __init__(self, sym: Any, weights: Mapping[str, Any], shapes: Mapping[str, Tuple[int, ...]], settings: Settings,
+                 ctx: Any, type_dict: Optional[Mapping[str, Any]] = None, method: str = "entropy",
+                 percentile: float = 99.99) -> None:
+        self.method, self.percentile = method, float(percentile)
+        self.shapes = dict(shapes)
+        try:
+            backend = call_backend(ctx, settings)
+        except MxTrtError as exc:  # the partition is the one TensorRT would make
+            logger.info("calibrate: no engine backend for %s (%s); partitioning as for TensorRT", ctx, exc)
+            backend = None
+        plan = analyze(BindRequest(symbol=sym, shapes=self.shapes, params=weights, settings=settings, backend=backend,
+                                   ctx=ctx, type_dict=type_dict))
+        self.graph = graph = plan.graph
+        inside = [n for s in plan.partition.subgraphs for n in s.nodes]
+        self.entries = sorted({e for acts in activation_inputs(graph, inside, plan.weights, True).values() for e in acts})
+        if not self.entries:
+            logger.warning("calibrate: no operator of the engines' subgraphs can be quantized (%d subgraph(s)): the "
+                           "table is empty and int8 engines would run in float", len(plan.partition.subgraphs))
+        self.variables = [e for e in self.entries if graph.nodes[e.node].is_variable]
+        computed = [e for e in self.entries if not graph.nodes[e.node].is_variable]
+        self.collectors = {e: make_collector(method) for e in self.entries}
+        self.runner = _Runner(sym, graph, computed, weights, ctx, type_dict) if computed else None
+        self.batches = self.samples = 0
+
+    def add(self, batch: Mapping[str, Any]) -> None:
+        """Collect one batch (dict name -> array, the data inputs of the first one).
+
+        Raises:
+            CalibrationError: the batch has other inputs, does not fit, or holds NaN/infinity.
+        """
+        if set(batch) != set(self.shapes):
+            raise CalibrationError(f"calibrate: batch {self.batches + 1} has inputs {sorted(batch)}, the first had "
+                                   f"{sorted(self.shapes)}")
+        values = self.runner.forward(batch) if self.runner is not None else {}
+        for e in self.variables:
+            values[e] = _numpy(batch[self.graph.nodes[e.node].name])
+        for e, v in values.items():
+            self.collectors[e].update(v)
+        self.batches += 1
+        self.samples += int(next(iter(batch.values())).shape[0]) if batch else 0
+
+    def table(self) -> CalibrationTable:
+        """The table of what was collected."""
+        graph = self.graph
+        table = CalibrationTable(
+            graph_digest=graph_digest(graph), method=self.method,
+            tensors={(e.node, e.index): collector_range(self.collectors[e], self.method, self.percentile)
+                     for e in self.entries},
+            names={(e.node, e.index): entry_name(graph, e) for e in self.entries}, num_batches=self.batches,
+            num_samples=self.samples, percentile=self.percentile if self.method == "percentile" else None)
+        logger.info("calibrate: %d tensor(s) over %d batch(es), %d sample(s) (%s)", len(self.entries), self.batches,
+                    self.samples, self.method)
+        _warn_zero_ranges(table)
+        return table
+
+
+def _warn_zero_ranges(table: CalibrationTable) -> None:
+    """One warning naming the tensors that held only zeros: their int8 values would all be zero."""
+    zero = [table.names[k] for k, r in sorted(table.tensors.items()) if r.amax == 0]
+    if zero:
+        logger.warning("calibrate: %s held only zeros on the calibration data: %s int8 range is zero, so int8 engines "
+                       "give %s zeros; calibrate on representative data",
+                       ", ".join(zero[:5]) + (f" and {len(zero) - 5} more" if len(zero) > 5 else ""),
+                       "its" if len(zero) == 1 else "their", "it" if len(zero) == 1 else "them")
+
+
 def _numpy(a: Any) -> np.ndarray:
     return a.asnumpy() if hasattr(a, "asnumpy") else np.asarray(a)
+
+
+def float_settings(settings: Settings) -> Settings:
+    """``settings`` in float: calibration runs MXNet's float graph."""
+    return dataclasses.replace(settings, int8=False, fp16=False, calibration=None, calibration_iters=0)
 
 
 def _settings(options: Mapping[str, Any]) -> Settings:

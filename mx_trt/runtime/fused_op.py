@@ -28,8 +28,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt import patches
 from mx_trt.build.backends.base import Buffer, Engine
-from mx_trt.errors import MxTrtError, ShapeError
+from mx_trt.errors import EngineRunError, MxTrtError, ShapeError
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class FusedEngine:
         self.rebuild: Optional[Callable[[int], Tuple[Engine, str]]] = None
         self.rebuild_hint = ""
         self.lock = threading.Lock()
+        #: The typed error of this node's last failed run, until :func:`guard_forward` reports it.
+        self.last_error: Optional[MxTrtError] = None
         self._build_lock = threading.Lock()
         self._others: "weakref.WeakSet[Engine]" = weakref.WeakSet()
         with _lock:
@@ -120,6 +123,7 @@ class FusedEngine:
                     bound.output_shapes(shapes)
                 except ShapeError as exc:
                     logger.error("%s: %s", self.name, exc)
+                    self.last_error = exc  # MXNet's shape inference loses the message: guard_forward raises it
                     raise
                 return bound
             where = f"outside the engine's profiles {bound.batch_ranges}" if bound.batch_ranges else \
@@ -129,6 +133,8 @@ class FusedEngine:
                 eng.output_shapes(shapes)  # the new engine must take them
             except MxTrtError as exc:
                 logger.error("%s: batch %d is %s, and no engine can be made for it: %s", self.name, batch, where, exc)
+                self.last_error = type(exc)(f"{self.name}: batch {batch} is {where}, and no engine can be made "
+                                            f"for it: {exc}")
                 raise
             self.rebuilds += 1
             self.build_count += int(source == "built")
@@ -303,7 +309,13 @@ def _register() -> None:
             fused = self.fused
             ins, outs, post = _plan_buffers(in_data, out_data, req, -1, self.scratch, _host_alloc, self.layout)
             with fused.lock:
-                self.engine.run(ins, outs)
+                try:
+                    self.engine.run(ins, outs)
+                except Exception as exc:
+                    # MXNet reports a failed custom operator as its own check failure, without
+                    # this message: keep the typed error for the executor's forward to raise.
+                    fused.last_error = _typed(fused.name, exc)
+                    raise
                 fused.run_count += 1
             for i, r in post:
                 if r == "null":
@@ -407,9 +419,13 @@ def _gpu_operator(fused: FusedEngine, ctx: Any, engine: Optional[Engine] = None)
                 ins, outs, post = _plan_buffers(in_data, out_data, req, int(self.ctx.device_id), self.scratch,
                                                 self._device_alloc)
                 with fused.lock:
-                    if self.runner is None:
-                        self.runner = self.engine.create_runner()
-                    self.runner.run(ins, outs)
+                    try:
+                        if self.runner is None:
+                            self.runner = self.engine.create_runner()
+                        self.runner.run(ins, outs)
+                    except Exception as exc:
+                        fused.last_error = _typed(fused.name, exc)
+                        raise
                     fused.run_count += 1
                 # The runner synchronized its stream, so the scratch arrays hold the
                 # results; MXNet's own ops (ordered by its engine) add or copy them.
@@ -430,6 +446,80 @@ def _gpu_operator(fused: FusedEngine, ctx: Any, engine: Optional[Engine] = None)
 
         _GpuFusedOp = GpuFusedOp
     return _GpuFusedOp(fused, ctx, engine)
+
+
+def _typed(name: str, exc: BaseException) -> MxTrtError:
+    """``exc`` as mx_trt's typed error of a run of fused node ``name``."""
+    if isinstance(exc, MxTrtError):
+        return exc
+    err = EngineRunError(f"{name}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def take_error(engines: Sequence[FusedEngine]) -> Optional[MxTrtError]:
+    """The first recorded run error of ``engines``, cleared on every one of them."""
+    found: Optional[MxTrtError] = None
+    for f in engines:
+        err, f.last_error = f.last_error, None
+        found = found or err
+    return found
+
+
+def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
+    """Make ``exe.forward`` raise the typed error of a fused node that failed, instead of MXNet's check failure.
+
+    MXNet runs a custom operator asynchronously and reports its failure later, at
+    the first read of an output, as an ``MXNetError`` that has lost the
+    operator's message. The guarded ``forward`` waits for the outputs (a caller
+    reads them next anyway), and raises the node's :class:`EngineRunError` (or
+    other typed error) from there. ``exe.reshape`` gives guarded executors too,
+    and raises the typed error of a fused node that cannot take the new shapes
+    (no engine can be made for them) instead of MXNet's failed shape inference.
+    The executor keeps working: the next forward runs again.
+    """
+    import mxnet as mx
+
+    # The wrappers hold the executor weakly: a cycle through it would keep it, and its
+    # engines, alive until a garbage collection.
+    cls, ref, engines = type(exe), weakref.ref(exe), list(engines)
+
+    def forward(is_train: bool = False, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
+        try:
+            outs = cls.forward(me, is_train=is_train, **kwargs)
+            for o in outs:
+                o.wait_to_read()
+        except mx.base.MXNetError:
+            err = take_error(engines)
+            if err is None:
+                raise
+            raise err from None
+        return outs
+
+    def reshape(*args: Any, **kwargs: Any) -> Any:
+        me = ref()
+        if me is None:
+            raise MxTrtError("the executor is gone")
+        try:
+            new = cls.reshape(me, *args, **kwargs)
+        except mx.base.MXNetError:
+            err = take_error(engines)
+            if err is None:
+                raise
+            raise err from None
+        guard_forward(new, engines)
+        info = getattr(me, "_mx_trt", None)
+        if info is not None and getattr(new, "_mx_trt", None) is None:
+            new._mx_trt = info
+        return new
+
+    forward.__doc__ = cls.forward.__doc__
+    reshape.__doc__ = cls.reshape.__doc__
+    exe.forward = forward
+    exe.reshape = reshape
 
 
 _registered = False
@@ -487,7 +577,13 @@ def _release_on_delete() -> None:
         return
     before = set(old)
     table = _ReleasingTable(old)
-    registry.ref_holder = table
+
+    def restore() -> None:  # the objects MXNet registered meanwhile go back with the table
+        old.clear()
+        old.update(dict(table))
+        registry.ref_holder = old
+
+    patches.put(registry, "ref_holder", table, restore)
     # Whatever another thread changed in the old table while it was copied.
     table.update({k: v for k, v in list(old.items()) if k not in before})
     for k in before - set(old):
@@ -500,9 +596,9 @@ def ensure_registered() -> None:
     with _lock:
         if not _registered:
             _register()
-            _release_on_delete()
             atexit.register(_drain_at_exit)
             _registered = True
+        _release_on_delete()  # again after mx_trt.uninstall put MXNet's own table back
 
 
 def registry_size() -> int:

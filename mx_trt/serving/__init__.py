@@ -9,6 +9,11 @@
 - ``backend.py``: the Python-backend model run in Triton's stub processes;
   ``executors.py``: one bound instance, batches of any size up to the maximum.
 - ``runtime.py``: the bundled server's files, and the interpreter check.
+- ``front.py`` / ``admission.py``: the HTTP front that checks every inference
+  request before Triton allocates for it, and owns readiness and draining.
+- ``process.py`` (the ``tritonserver`` child), ``supervisor.py`` (instances
+  restarted, graceful shutdown), ``lifecycle.py`` (ports, host, the parent-death
+  signal, folders of servers that died).
 
 Binding never imports this package, and this package never imports Triton's
 Python modules; only ``backend.py`` imports ``triton_python_backend_utils``,

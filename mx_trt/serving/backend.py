@@ -11,7 +11,9 @@ builds the engines and the others load them.
 :meth:`TritonPythonModel.execute` receives the requests Triton's dynamic
 batcher gathered. Each is checked on its own: a refused request gets an
 ``INVALID_ARG`` error (HTTP 400) naming the reason, and the others run as one
-batch. ``triton_python_backend_utils`` exists only inside Triton's stub, so it
+batch. A forward that raises (a plugin's exception becomes an
+``EngineRunError``) fails only the request that made it raise, with an
+internal error (HTTP 500) naming the exception; the instance stays healthy. ``triton_python_backend_utils`` exists only inside Triton's stub, so it
 is imported in :meth:`~TritonPythonModel.initialize`.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from mx_trt.serving.executors import ServedModel
+from mx_trt.serving.executors import RequestFailure, ServedModel
 from mx_trt.serving.spec import import_user_modules, load_checkpoint_files, read_spec
 
 logger = logging.getLogger(__name__)
@@ -52,7 +54,8 @@ class TritonPythonModel:
         logger.info("%s ready", args.get("model_instance_name", "model"))
 
     def execute(self, requests: List[Any]) -> List[Any]:
-        """One response per request: outputs, or an ``INVALID_ARG`` error for a refused request."""
+        """One response per request: outputs, an ``INVALID_ARG`` error for a refused request, or an internal
+        error for a request whose forward raised. Never raises."""
         pb = self.pb
         arrays: List[Dict[str, np.ndarray]] = []
         for request in requests:
@@ -64,15 +67,18 @@ class TritonPythonModel:
             arrays.append(got)
         try:
             results = self.model.run_requests(arrays)
-        except Exception as exc:  # a failure of the batch itself: every request of it gets the message
-            logger.error("inference failed: %s", exc)
-            message = f"inference failed: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
-            return [pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)) for _ in requests]
+        except (Exception, SystemExit) as exc:  # nothing of a request may end the stub: every request gets it
+            failure = RequestFailure.of(exc)
+            logger.error("%s", failure.message)
+            return [pb.InferenceResponse(output_tensors=[], error=pb.TritonError(failure.message)) for _ in requests]
         responses = []
         for result in results:
             if isinstance(result, str):
                 responses.append(pb.InferenceResponse(
                     output_tensors=[], error=pb.TritonError(result, pb.TritonError.INVALID_ARG)))
+            elif isinstance(result, RequestFailure):
+                logger.error("%s", result.message)
+                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(result.message)))
             else:
                 responses.append(pb.InferenceResponse(output_tensors=[
                     pb.Tensor(spec.name, np.ascontiguousarray(out)) for spec, out in zip(self.model.outputs, result)]))

@@ -1,12 +1,12 @@
 """Triton models that need no Python: the whole graph as one ONNX model (``onnxruntime_onnx``) or one TensorRT plan
 (``tensorrt_plan``).
 
-Only a graph whose every operator goes into one engine gets them
-(:func:`whole_model_export`): the pass's analysis (with the backend's own
-support rules) must leave no operator native and form one subgraph, and the
+Only a graph whose every operator converts gets them
+(:func:`whole_model_export`, the whole-model export of
+:mod:`mx_trt.artifacts_onnx` with the backend's own support rules), and the
 export must be batch-dynamic, so that Triton's batcher can form any batch from
 1 to ``max_batch``. The ONNX model is the one the pass builds its engines from
-(weights inline below 1 KB, the rest in a ``.onnx.data`` file beside it). The
+(one file, or past protobuf's 2 GB the weights in ``model.onnx.data`` beside it). The
 plan is built by the TensorRT backend with the weights in it (not stripped),
 for the GPU of the machine that builds it: the model folder records that GPU's
 compute capability and TensorRT's version in ``mx_trt_plan.json``, and Triton
@@ -18,19 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from mx_trt.artifacts_onnx import describe_refusal, save_onnx, whole_model
 from mx_trt.build.backends import Backend, BuildOptions
-from mx_trt.errors import MxTrtError, ServeError
-from mx_trt.export.dynamic import SubgraphExporter
-from mx_trt.export.subgraph import ExportedSubgraph, save_model
-from mx_trt.passes.fuse import boundary
-from mx_trt.pipeline.plan import analyze
-from mx_trt.pipeline.request import BindRequest
-from mx_trt.pipeline.weights import LazyWeights
+from mx_trt.errors import MxTrtError, NotConvertibleError, ServeError
+from mx_trt.export.subgraph import ExportedSubgraph
 from mx_trt.serving.executors import TensorSpec
-from mx_trt.serving.repository import check_model_name, config_text
+from mx_trt.serving.repository import claim_model_dir, config_text, mark_model_dir
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -45,36 +40,22 @@ def whole_model_export(symbol: Any, params: Mapping[str, Any], inputs: Sequence[
                        settings: Optional[Settings] = None) -> Tuple[Optional[ExportedSubgraph], str]:
     """The whole model as one batch-dynamic ONNX model (batch 1 to ``max_batch``), or ``None`` and why not.
 
-    The analysis is the pass's own for ``backend``; the ONNX names of the
-    inputs and outputs must be the model's, so that every variant of the model
-    has one interface.
+    The export is :func:`mx_trt.artifacts_onnx.whole_model` with ``backend``'s
+    rules (every operator, no cost rule); the ONNX names of the inputs and
+    outputs must be the model's, so that every variant of the model has one
+    interface.
     """
     settings = settings or Settings.from_env()
     shapes = {t.name: (max_batch,) + t.dims for t in inputs}
     try:
-        plan = analyze(BindRequest(symbol, shapes, dict(params), settings, backend,
-                                   type_dict={t.name: t.dtype for t in inputs}))
-    except MxTrtError as exc:
-        return None, f"the analysis failed: {exc}"
-    inside, total = plan.op_counts()
-    subgraphs = plan.partition.subgraphs
-    if inside != total or len(subgraphs) != 1:
-        return None, (f"{total - inside} of {total} operators stay native" if inside != total
-                      else f"the operators form {len(subgraphs)} subgraphs")
-    graph = plan.graph
-    absorbed = plan.absorbed_ids()
-    (sg,) = subgraphs
-    ins, outs = boundary(graph, sg.nodes, absorbed)
-    names = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs
-             if graph.nodes[e.node].is_variable and e.node in absorbed}
-    ranges = [(1, max_batch, max_batch)]
-    exporter = SubgraphExporter(symbol, shapes, params, graph, LazyWeights(params, names), settings.fp16, ranges)
-    try:
-        exported = exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges)
+        whole = whole_model(symbol, params, shapes, settings, backend, type_dict={t.name: t.dtype for t in inputs})
+    except NotConvertibleError as exc:
+        return None, f"{len(exc.operators)} operators stay native: {describe_refusal(exc, 3)}"
     except MxTrtError as exc:
         return None, f"the export failed: {exc}"
+    exported = whole.exported
     if not exported.batch_dim:
-        return None, "the ONNX model is not batch-dynamic (see the log), so Triton could not batch it"
+        return None, f"the ONNX model is not batch-dynamic ({whole.static_reason}), so Triton could not batch it"
     want_in, want_out = [t.name for t in inputs], [t.name for t in outputs]
     if list(exported.input_names) != want_in or list(exported.output_names) != want_out:
         return None, (f"the ONNX names {list(exported.input_names)} -> {list(exported.output_names)} differ from the "
@@ -82,27 +63,21 @@ def whole_model_export(symbol: Any, params: Mapping[str, Any], inputs: Sequence[
     return exported, ""
 
 
-def _model_dir(repo: str, name: str) -> str:
-    folder = os.path.join(repo, check_model_name(name))
-    if os.path.isdir(folder):
-        shutil.rmtree(folder)
-    os.makedirs(os.path.join(folder, "1"))
-    return folder
-
-
 def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int) -> str:
-    """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``); returns the folder.
+    """Write ``repo/name`` for Triton's ONNX Runtime backend (``platform: "onnxruntime_onnx"``, ``backend:
+    "onnxruntime"``: no Python); returns the folder.
 
     Raises:
         ServeError: the folder cannot be written.
     """
     try:
-        folder = _model_dir(repo, name)
-        save_model(exported, os.path.join(folder, "1", ONNX_FILE))
+        folder = claim_model_dir(repo, name)
+        save_onnx(exported, os.path.join(folder, "1", ONNX_FILE))
         with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
-            f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances,
+            f.write(config_text(name, "onnxruntime", inputs, outputs, max_batch, max_queue_delay_us, instances,
                                 platform="onnxruntime_onnx"))
+        mark_model_dir(folder)
     except OSError as exc:
         raise ServeError(f"cannot write the ONNX model {name!r} into {repo}: {exc}") from exc
     return folder
@@ -124,7 +99,7 @@ def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
     info = {"backend": backend.version(), "device": backend.device_signature(device_id), "max_batch": max_batch,
             "bytes": len(plan)}
     try:
-        folder = _model_dir(repo, name)
+        folder = claim_model_dir(repo, name)
         with open(os.path.join(folder, "1", PLAN_FILE), "wb") as f:
             f.write(plan)
         with open(os.path.join(folder, "1", PLAN_INFO), "w", encoding="utf-8") as f:
@@ -132,6 +107,7 @@ def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
         with open(os.path.join(folder, "config.pbtxt"), "w", encoding="utf-8") as f:
             f.write(config_text(name, "", inputs, outputs, max_batch, max_queue_delay_us, instances, "KIND_GPU",
                                 platform="tensorrt_plan", gpus=[device_id]))
+        mark_model_dir(folder)
     except OSError as exc:
         raise ServeError(f"cannot write the TensorRT model {name!r} into {repo}: {exc}") from exc
     logger.info("wrote %s: a %s plan for %s", folder, info["backend"], info["device"])

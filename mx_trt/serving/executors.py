@@ -13,7 +13,9 @@ Every request is checked before it joins a batch (:meth:`ServedModel.check`):
 a missing or unknown input, another dtype, a shape whose sample dimensions
 differ, a batch over the maximum, and (unless allowed) NaN or Inf in a float
 input each give a one-line reason, so that one bad request never reaches the
-executor and never harms the others. Nothing here imports Triton.
+executor and never harms the others. A forward that raises fails only the
+request that made it raise (:class:`RequestFailure`), and the instance goes
+on serving. Nothing here imports Triton.
 """
 from __future__ import annotations
 
@@ -79,6 +81,18 @@ def output_specs(symbol: Any, params: Mapping[str, Any], inputs: Sequence[Tensor
         raise ServeError(f"cannot infer the model's outputs for inputs "
                          f"{[(t.name, t.dims) for t in inputs]}: {' '.join(str(exc).split())[:300]}") from None
     return out
+
+
+@dataclass(frozen=True)
+class RequestFailure:
+    """A request that passed :meth:`ServedModel.check` but whose forward raised: the one-line message."""
+
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "RequestFailure":
+        text = " ".join(str(exc).split())[:500]
+        return cls(f"inference failed: {type(exc).__name__}: {text}")
 
 
 class ServedModel:
@@ -187,11 +201,15 @@ class ServedModel:
         return outs
 
     def run_requests(self, requests: Sequence[Mapping[str, np.ndarray]]) -> List[Any]:
-        """Run good requests as one batch; each result is a list of outputs, or the reason it was refused.
+        """Run good requests as one batch; each result is a list of outputs, the reason it was refused (a
+        ``str``), or a :class:`RequestFailure`.
 
-        Requests that fail :meth:`check` get their reason (a ``str``) and stay
-        out of the batch; the others are concatenated (up to ``max_batch``
-        samples at a time) and split again.
+        Requests that fail :meth:`check` get their reason and stay out of the
+        batch; the others are concatenated (up to ``max_batch`` samples at a
+        time) and split again. A batch whose forward raises (a plugin's
+        exception, an engine error) is run again one request at a time, so
+        that only the request that makes it fail gets a :class:`RequestFailure`
+        and the executor goes on serving.
         """
         results: List[Any] = [None] * len(requests)
         good: List[int] = []
@@ -201,23 +219,36 @@ class ServedModel:
                 good.append(i)
             else:
                 results[i] = problem
-        start = 0
-        while start < len(good):
-            chunk: List[int] = []
-            total = 0
-            while start < len(good):
-                n = int(requests[good[start]][self.inputs[0].name].shape[0])
-                if chunk and total + n > self.max_batch:
-                    break
-                chunk.append(good[start])
-                total += n
-                start += 1
+        for chunk in self._chunks(requests, good):
             joined = {t.name: requests[chunk[0]][t.name] if len(chunk) == 1
                       else np.concatenate([requests[i][t.name] for i in chunk]) for t in self.inputs}
-            outs = self.run(joined)
+            try:
+                outs = self.run(joined)
+            except Exception as exc:  # anything the forward raises: the requests, not the instance, fail
+                if len(chunk) == 1:
+                    results[chunk[0]] = RequestFailure.of(exc)
+                    continue
+                logger.warning("a batch of %d requests failed (%s); running them one by one", len(chunk),
+                               RequestFailure.of(exc).message)
+                for i in chunk:
+                    results[i] = self.run_requests([requests[i]])[0]
+                continue
             at = 0
             for i in chunk:
                 n = int(requests[i][self.inputs[0].name].shape[0])
                 results[i] = [o[at:at + n] for o in outs]
                 at += n
         return results
+
+    def _chunks(self, requests: Sequence[Mapping[str, np.ndarray]], good: List[int]) -> List[List[int]]:
+        """``good`` split, in order, into runs of at most ``max_batch`` samples."""
+        chunks: List[List[int]] = []
+        total = 0
+        for i in good:
+            n = int(requests[i][self.inputs[0].name].shape[0])
+            if not chunks or total + n > self.max_batch:
+                chunks.append([])
+                total = 0
+            chunks[-1].append(i)
+            total += n
+        return chunks

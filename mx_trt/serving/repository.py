@@ -11,11 +11,12 @@ and ``instance_group`` (count and kind).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import shutil
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from mx_trt.errors import ServeError
 from mx_trt.serving.executors import TensorSpec, output_specs
@@ -33,6 +34,77 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 MODEL_PY = '''"""Triton Python-backend model written by mx_trt: binds model-symbol.json and model-0000.params with the pass."""
 from mx_trt.serving.backend import TritonPythonModel  # noqa: F401
 '''
+
+
+#: Written last into every model folder mx_trt makes, listing its files: only such a folder is ever replaced.
+MODEL_MARK = "mx_trt_model.json"
+
+
+def _read_mark(folder: str, name: str) -> Optional[Dict[str, Any]]:
+    """The folder's mark if it is really mx_trt's (a JSON object naming mx_trt, this model and its files), else ``None``."""
+    try:
+        with open(os.path.join(folder, MODEL_MARK), encoding="utf-8") as f:
+            mark = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    files = mark.get("files") if isinstance(mark, dict) else None
+    if (not isinstance(mark, dict) or mark.get("writer") != "mx_trt" or mark.get("kind") != "triton-model"
+            or mark.get("model") != name or not isinstance(files, list) or not all(isinstance(x, str) for x in files)):
+        return None
+    return mark
+
+
+def _files_under(folder: str) -> List[str]:
+    """Every non-directory under ``folder`` (symbolic links not followed), relative, sorted."""
+    out: List[str] = []
+    for root, dirs, files in os.walk(folder):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in links]
+        out += [os.path.relpath(os.path.join(root, x), folder) for x in files + links]
+    return sorted(out)
+
+
+def replace_problem(folder: str, name: str) -> Optional[str]:
+    """Why ``folder`` (an existing path) may not be replaced by the model ``name``, or ``None`` if mx_trt wrote it.
+
+    It must be a real folder holding a valid :data:`MODEL_MARK` for ``name`` and no
+    file that mark does not list (a file the user added afterwards is never deleted).
+    """
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return "is not a folder mx_trt wrote"
+    mark = _read_mark(folder, name)
+    if mark is None:
+        return f"was not written by mx_trt (no valid {MODEL_MARK} naming the model {name!r})"
+    foreign = [x for x in _files_under(folder) if x != MODEL_MARK and x not in set(mark["files"])]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        return f"holds files mx_trt did not write ({shown})"
+    return None
+
+
+def claim_model_dir(repo: str, name: str) -> str:
+    """Make ``repo/name`` ready for a model mx_trt writes: created, or replacing one mx_trt wrote; returns it.
+
+    Raises:
+        ServeError: the path exists and is not mx_trt's (see :func:`replace_problem`), naming it.
+        OSError: it cannot be removed or created.
+    """
+    folder = os.path.join(repo, check_model_name(name))
+    if os.path.lexists(folder):
+        problem = replace_problem(folder, name)
+        if problem is not None:
+            raise ServeError(f"{folder} {problem}: not replacing it (move it away, or write to another folder)")
+        shutil.rmtree(folder)
+    os.makedirs(os.path.join(folder, "1"))
+    return folder
+
+
+def mark_model_dir(folder: str) -> None:
+    """Write :data:`MODEL_MARK` into a model folder mx_trt has just written, listing its files."""
+    mark = {"writer": "mx_trt", "kind": "triton-model", "model": os.path.basename(folder),
+            "files": [x for x in _files_under(folder) if x != MODEL_MARK]}
+    with open(os.path.join(folder, MODEL_MARK), "w", encoding="utf-8") as f:
+        json.dump(mark, f, indent=2)
 
 
 def check_model_name(name: str) -> str:
@@ -63,7 +135,7 @@ def _tensors(kind: str, specs: Iterable[TensorSpec]) -> List[str]:
 def config_text(name: str, backend: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], max_batch: int,
                 max_queue_delay_us: int, instances: int, kind: str = "KIND_CPU", platform: Optional[str] = None,
                 gpus: Optional[Sequence[int]] = None) -> str:
-    """The ``config.pbtxt`` of one model (protobuf text format).
+    """The ``config.pbtxt`` of one model (protobuf text format): ``platform``, ``backend`` or both.
 
     Raises:
         ServeError: a dtype Triton does not carry, or a bad count.
@@ -72,7 +144,8 @@ def config_text(name: str, backend: str, inputs: Sequence[TensorSpec], outputs: 
         raise ServeError(f"instances ({instances}) and max_batch ({max_batch}) must be >= 1, "
                          f"max_queue_delay_us ({max_queue_delay_us}) >= 0")
     head = [f'name: "{check_model_name(name)}"']
-    head.append(f'platform: "{platform}"' if platform else f'backend: "{backend}"')
+    # With both, Triton checks that they agree (onnxruntime_onnx is the onnxruntime backend's platform).
+    head += ([f'platform: "{platform}"'] if platform else []) + ([f'backend: "{backend}"'] if backend else [])
     head.append(f"max_batch_size: {max_batch}")
     group = f"  {{ count: {instances} kind: {kind}" + (f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else "") + " }"
     body = [*_tensors("input", inputs), *_tensors("output", outputs),
@@ -107,7 +180,8 @@ def write_python_model(repo: str, name: str, symbol: Any, arg_params: Mapping[st
         The spec written.
 
     Raises:
-        ServeError: a bad name or count, outputs that cannot be batched, or the folder cannot be written.
+        ServeError: a bad name or count, outputs that cannot be batched, the folder cannot be written,
+            or ``repo/name`` exists and is not a model folder mx_trt wrote (it is never deleted).
     """
     import mxnet as mx
 
@@ -117,12 +191,9 @@ def write_python_model(repo: str, name: str, symbol: Any, arg_params: Mapping[st
     copies = {p: f"user_{os.path.basename(p)}" for p in imports if p.endswith(".py")}
     spec = ServeSpec(list(inputs), outputs, max_batch, accelerate, allow_nonfinite,
                      [copies.get(p, p) for p in imports])
-    model_dir = os.path.join(repo, name)
-    version = os.path.join(model_dir, "1")
     try:
-        if os.path.isdir(model_dir):
-            shutil.rmtree(model_dir)
-        os.makedirs(version)
+        model_dir = claim_model_dir(repo, name)
+        version = os.path.join(model_dir, "1")
         with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as f:
             f.write(text)
         with open(os.path.join(version, "model.py"), "w", encoding="utf-8") as f:
@@ -137,6 +208,7 @@ def write_python_model(repo: str, name: str, symbol: Any, arg_params: Mapping[st
         for source, copy in copies.items():
             shutil.copyfile(source, os.path.join(version, copy))
         write_spec(version, spec)
+        mark_model_dir(model_dir)
     except OSError as exc:
         raise ServeError(f"cannot write the model {name!r} into {repo}: {exc}") from exc
     logger.info("wrote the Triton model %s (python backend, max batch %d, %d instance(s))", model_dir, max_batch,

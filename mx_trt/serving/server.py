@@ -3,40 +3,49 @@
 Both write a model repository into a temporary folder
 (:func:`~mx_trt.serving.repository.write_python_model`), lay out the bundled
 server (:func:`~mx_trt.serving.runtime.prepare`) and start ``tritonserver`` on
-it as a child process. Triton provides the HTTP and gRPC inference protocols,
-``/v2/health/live``, ``/v2/health/ready`` and the Prometheus metrics; every
-instance of the model binds the checkpoint with the pass in its own stub
-process.
+it as a child process tied to this one (:mod:`mx_trt.serving.process`).
+Triton provides the gRPC inference protocol and the Prometheus metrics;
+HTTP reaches it through :class:`~mx_trt.serving.front.HttpFront`, which
+checks every inference request before Triton allocates anything for it and
+owns readiness. Every instance of the model binds the checkpoint with the pass
+in its own stub process; :class:`~mx_trt.serving.supervisor.Supervisor`
+restarts an instance that died.
 
-SIGTERM and SIGINT are handed to the server, which stops taking requests,
-finishes those in flight (up to ``exit_timeout_s``), and exits; :func:`serve`
-then returns the server's status (0 after a clean drain).
+Before starting, the ports are checked free on the host (:func:`~mx_trt.serving.lifecycle.check_ports_free`)
+and folders left by servers that died are removed (:func:`~mx_trt.serving.lifecycle.sweep_orphans`).
+SIGTERM and SIGINT drain: readiness false at once, idle HTTP connections
+closed, requests in flight finished, and the server stopped within the grace
+period; :func:`serve` then returns the server's status (0 after a clean drain).
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence
 
 from mx_trt.errors import ServeError
+from mx_trt.serving.admission import InputRule
 from mx_trt.serving.executors import TensorSpec
+from mx_trt.serving.front import HttpFront
+from mx_trt.serving.lifecycle import (WORKDIR_PREFIX, check_ports_free, claim_workdir, port_error, resolve_host,
+                                      sweep_orphans)
+from mx_trt.serving.process import TritonProcess
 from mx_trt.serving.repository import write_python_model
-from mx_trt.serving.runtime import prepare
+from mx_trt.serving.supervisor import Supervisor, describe_status
 
 logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the model to load (engines built, or loaded from the plan cache).
 READY_TIMEOUT_S = 600.0
+#: The default grace period of a shutdown, in seconds.
+GRACE_PERIOD_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,12 @@ class Endpoints:
 
 @dataclass
 class ServeOptions:
-    """How to serve: batching, instances, ports (0: a free one), and the model's name."""
+    """How to serve: batching, instances, where to listen (ports 0: a free one), the model's name, the grace period.
+
+    ``host`` is the address HTTP, gRPC and metrics listen on (default the
+    loopback; ``0.0.0.0``: every interface). ``grace_period_s`` bounds a
+    shutdown: requests in flight get that long to finish.
+    """
 
     max_batch: int = 32
     max_queue_delay_us: int = 2000
@@ -70,111 +84,27 @@ class ServeOptions:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    host: str = "127.0.0.1"
     model_name: Optional[str] = None
     accelerate: bool = True
     allow_nonfinite: bool = False
-    exit_timeout_s: int = 30
+    grace_period_s: float = GRACE_PERIOD_S
     #: Modules (``.py`` files or module names) that register the model's custom operators.
     imports: Sequence[str] = ()
 
 
-def free_port() -> int:
-    """A TCP port free on localhost now (the kernel's choice)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the kernel's choice)."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def _ports(opts: ServeOptions) -> Dict[str, int]:
-    ports = {"http": opts.http_port, "grpc": opts.grpc_port, "metrics": opts.metrics_port}
-    taken = set()
-    for k, p in ports.items():
-        while p == 0 or p in taken:
-            p = free_port()
-        ports[k] = p
-        taken.add(p)
-    return ports
-
-
-def _log_tail(path: str, n: int = 25) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
-class TritonProcess:
-    """A ``tritonserver`` child process serving one model repository.
-
-    Args:
-        repository: The model repository.
-        model: The model to wait for.
-        options: Ports and exit timeout.
-        workdir: Where the backend folder is laid out.
-        log_path: The server's output goes here (``None``: inherited).
-    """
-
-    def __init__(self, repository: str, model: str, options: ServeOptions, workdir: str,
-                 log_path: Optional[str] = None) -> None:
-        runtime = prepare(workdir)
-        ports = _ports(options)
-        self.model = model
-        self.log_path = log_path
-        cmd = runtime.command(repository, ports["http"], ports["grpc"], ports["metrics"], options.exit_timeout_s)
-        out: Any = open(log_path, "ab") if log_path else None
-        try:
-            # A session of its own: a terminal's Ctrl-C reaches only this process, which hands the server one SIGTERM.
-            self.proc = subprocess.Popen(cmd, env=runtime.env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                         start_new_session=True)
-        except OSError as exc:
-            raise ServeError(f"cannot start {runtime.server}: {exc}") from exc
-        finally:
-            if out is not None:
-                out.close()
-        self.endpoints = Endpoints(model, f"localhost:{ports['http']}", f"localhost:{ports['grpc']}",
-                                   f"http://localhost:{ports['metrics']}/metrics", self.proc.pid, repository)
-        logger.info("tritonserver (pid %d) starting: HTTP %s, gRPC %s, metrics %s", self.proc.pid,
-                    self.endpoints.http, self.endpoints.grpc, self.endpoints.metrics)
-
-    def _failure(self, what: str) -> ServeError:
-        tail = _log_tail(self.log_path) if self.log_path else ""
-        return ServeError(f"{what}" + (f"; the server's last lines:\n{tail}" if tail else ""))
-
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Wait until ``/v2/models/MODEL/ready`` answers 200.
-
-        Raises:
-            ServeError: the server exited, or the model is not ready in time.
-        """
-        url = f"http://{self.endpoints.http}/v2/models/{self.model}/ready"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise self._failure(f"tritonserver exited with status {self.proc.returncode} before the model "
-                                    f"{self.model!r} was ready")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        logger.info("model %s ready at %s", self.model, self.endpoints.http)
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        raise self._failure(f"the model {self.model!r} was not ready after {timeout_s:.0f} s")
-
-    def stop(self, timeout_s: float = 60.0) -> int:
-        """SIGTERM (the server drains in-flight requests), then wait; SIGKILL after ``timeout_s``. Returns its status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                logger.warning("tritonserver (pid %d) did not stop in %.0f s: killed", self.proc.pid, timeout_s)
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
+def _pick(port: int, host: str, taken: List[int]) -> int:
+    while port == 0 or port in taken:
+        port = free_port(host)
+    taken.append(port)
+    return port
 
 
 def _checkpoint(prefix: str, epoch: Optional[int]) -> Any:
@@ -207,6 +137,7 @@ def running(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int
     Ports left at 0 get free ones. The server's output goes to ``server.log``
     in a temporary folder (its last lines are in any :class:`ServeError`); the
     folder goes when the block ends, after the server has drained and stopped.
+    Enter it from a thread that outlives the block (the server is tied to it).
 
     Args:
         prefix / epoch: The checkpoint (``PREFIX-symbol.json``, ``PREFIX-EPOCH.params``).
@@ -215,74 +146,119 @@ def running(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int
         options: See :class:`ServeOptions` (default: ports chosen free).
 
     Raises:
-        ServeError: the model cannot be written, the server cannot start, or the model does not load.
+        ServeError: the model cannot be written, a port is in use, the server cannot start, or the model does
+            not load.
     """
     opts = options or ServeOptions(http_port=0, grpc_port=0, metrics_port=0)
-    workdir = tempfile.mkdtemp(prefix="mx_trt_serve_")
+    workdir = _workdir()
     try:
-        server = _start(prefix, epoch, shapes, dtypes, opts, workdir, os.path.join(workdir, "server.log"))
+        sup = _start(prefix, epoch, shapes, dtypes, opts, workdir, os.path.join(workdir, "server.log"),
+                     ready_timeout_s)
         try:
-            server.wait_ready(ready_timeout_s)
-            yield server.endpoints
+            sup.wait_ready(ready_timeout_s)
+            yield _endpoints(sup, opts)
         finally:
-            server.stop()
+            sup.shutdown()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _workdir() -> str:
+    sweep_orphans()
+    workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
+    try:
+        claim_workdir(workdir)
+    except OSError as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise ServeError(f"cannot write into the temporary folder {workdir}: {exc}") from None
+    return workdir
+
+
+def _endpoints(sup: Supervisor, opts: ServeOptions) -> Endpoints:
+    host = sup.host
+    return Endpoints(sup.triton.model, f"{host}:{sup.front.port}", f"{host}:{sup.ports['grpc']}",
+                     f"http://{host}:{sup.ports['metrics']}/metrics", sup.triton.pid, sup.repository)
+
+
 def _start(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int]],
            dtypes: Optional[Mapping[str, str]], opts: ServeOptions, workdir: str,
-           log_path: Optional[str]) -> TritonProcess:
+           log_path: Optional[str], ready_timeout_s: float) -> Supervisor:
+    host = resolve_host(opts.host)
+    taken: List[int] = []
+    ports = {"http": _pick(opts.http_port, host, taken), "grpc": _pick(opts.grpc_port, host, taken),
+             "metrics": _pick(opts.metrics_port, host, taken)}
+    check_ports_free(host, {"grpc": ports["grpc"], "metrics": ports["metrics"]})
     symbol, arg_params, aux_params = _checkpoint(prefix, epoch)
     name = opts.model_name or os.path.basename(os.path.abspath(prefix))
     repo = os.path.join(workdir, "models")
-    write_python_model(repo, name, symbol, arg_params, aux_params, input_specs(shapes, dtypes), opts.max_batch,
+    specs = input_specs(shapes, dtypes)
+    write_python_model(repo, name, symbol, arg_params, aux_params, specs, opts.max_batch,
                        opts.max_queue_delay_us, opts.instances, accelerate=opts.accelerate,
                        allow_nonfinite=opts.allow_nonfinite, params_file=f"{prefix}-{epoch:04d}.params",
                        imports=list(opts.imports))
-    return TritonProcess(repo, name, opts, workdir, log_path)
+    private = {"http": _pick(0, "127.0.0.1", taken), "grpc": ports["grpc"], "metrics": ports["metrics"]}
+    try:
+        front = HttpFront(host, ports["http"], ("127.0.0.1", private["http"]), name,
+                          [InputRule.of(t.name, t.dtype, t.dims) for t in specs], opts.max_batch)
+    except OSError as exc:
+        raise ServeError(port_error("http", host, ports["http"], exc)) from None
+    try:
+        triton = TritonProcess(repo, name, host, private, max(1, math.ceil(opts.grace_period_s)), workdir, log_path)
+        claim_workdir(workdir, triton.pid)
+    except (ServeError, OSError):
+        front.close()
+        raise
+    front.start()
+    return Supervisor(triton, front, opts.grace_period_s, ready_timeout_s, host, ports, repo)
 
 
 def serve(prefix: str, epoch: Optional[int], shapes: Mapping[str, Sequence[int]],
-          dtypes: Optional[Mapping[str, str]] = None, options: Optional[ServeOptions] = None) -> int:
+          dtypes: Optional[Mapping[str, str]] = None, options: Optional[ServeOptions] = None,
+          banner: Optional[Callable[[Endpoints], None]] = None) -> int:
     """Serve a checkpoint until SIGTERM or SIGINT; returns the server's exit status (0 after a clean drain).
 
-    The signal is handed to the server, which finishes the requests in flight
-    and exits. See :func:`running` for the arguments.
+    On the signal, readiness turns false at once, idle HTTP connections are
+    closed, the requests in flight finish, and the server exits within the
+    grace period (killed a little after it otherwise). See :func:`running` for
+    the arguments; ``banner(endpoints)`` is called once the model is ready.
 
     Raises:
-        ServeError: the model cannot be written, or the server cannot start or load it.
+        ServeError: the model cannot be written, a port is in use, or the server cannot start or load it.
     """
     opts = options or ServeOptions()
-    workdir = tempfile.mkdtemp(prefix="mx_trt_serve_")
-    stopping = []
+    stopping: List[int] = []
 
-    def hand_over(signum: int, _frame: Any) -> None:
+    def note(signum: int, _frame: Any) -> None:
+        # Readiness turns false here, with no lock taken; the waits below see ``stopping`` within 0.1 s and
+        # drain from the main flow.
         stopping.append(signum)
-        logger.info("signal %d: draining the requests in flight, then stopping", signum)
-        if server is not None and server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGTERM)
+        if sup is not None:
+            sup.front.refuse_now()
 
-    server: Optional[TritonProcess] = None
-    old = {s: signal.signal(s, hand_over) for s in (signal.SIGTERM, signal.SIGINT)}
+    sup: Optional[Supervisor] = None
+    old = {s: signal.signal(s, note) for s in (signal.SIGTERM, signal.SIGINT)}
+    workdir = _workdir()
     try:
-        server = _start(prefix, epoch, shapes, dtypes, opts, workdir, None)
-        if not stopping:
-            try:
-                server.wait_ready()
-            except ServeError:
-                if not stopping:  # a signal during the load: the server is stopping, not failing
-                    raise
-            else:
-                e = server.endpoints
-                print(f"serving {e.model}: HTTP {e.http}, gRPC {e.grpc}, metrics {e.metrics} "
-                      "(SIGTERM or Ctrl-C stops)", flush=True)
-        if stopping and server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGTERM)
-        return int(server.proc.wait())
+        sup = _start(prefix, epoch, shapes, dtypes, opts, workdir, None, READY_TIMEOUT_S)
+        try:
+            sup.wait_ready(READY_TIMEOUT_S, stopping=lambda: bool(stopping))
+        except ServeError:
+            if not stopping:  # a signal during the load: the server is stopping, not failing
+                raise
+        if not stopping and banner is not None:
+            banner(_endpoints(sup, opts))
+        while not stopping and sup.triton.proc.poll() is None:
+            sup.triton.wait(0.1)
+        if not stopping:  # the server ended on its own: a failure, whatever its status
+            logger.error("tritonserver stopped serving on its own (status %s)",
+                         describe_status(int(sup.triton.proc.returncode)))
+            sup.shutdown()
+            return 1
+        logger.info("signal %d: draining (grace period %.0f s)", stopping[0], opts.grace_period_s)
+        return sup.shutdown()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        if server is not None and server.proc.poll() is None:
-            server.stop()
+        if sup is not None:
+            sup.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)

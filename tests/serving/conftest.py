@@ -106,9 +106,7 @@ def server_for(prefix: str, shapes: Dict[str, Sequence[int]], cache_dir: str, dt
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
-        # Triton's shutdown waits for HTTP clients to close their connections: tests that leave some open
-        # should not wait the default 30 s for them.
-        options.setdefault("exit_timeout_s", 5)
+        options.setdefault("grace_period_s", 5)
         opts = ServeOptions(http_port=0, grpc_port=0, metrics_port=0, **options)
         with running(prefix, 0, shapes, dtypes, opts, ready_timeout_s=180) as endpoints:
             mp.undo()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mx_trt.errors import ServeError, ShapeError
-from mx_trt.serving.executors import ServedModel, TensorSpec, output_specs
+from mx_trt.serving.executors import RequestFailure, ServedModel, TensorSpec, output_specs
 from tests.serving.conftest import assert_close, native_outputs, two_in_two_out
 
 SPEC = [TensorSpec("data", "float32", (3, 16, 16))]
@@ -43,6 +43,26 @@ def test_requests_are_joined_split_and_checked_one_by_one(served, tiny_cnn):
     for i in (0, 1, 3, 4):
         assert_close(results[i][0], native_outputs(tiny_cnn, reqs[i])[0])
     assert served.batches_run - before == 2  # 2+3+1 = 6 samples, then 4
+
+
+def test_a_forward_that_raises_fails_only_the_request_that_made_it(served, tiny_cnn, monkeypatch):
+    real = served.run
+
+    def run(arrays):  # a forward that raises on one marked sample, as a plugin's exception would
+        if (arrays["data"] == 13.0).any():
+            raise RuntimeError("plugin p: marker")
+        return real(arrays)
+
+    monkeypatch.setattr(served, "run", run)
+    rng = np.random.RandomState(1)
+    reqs = [{"data": rng.uniform(-1, 1, (n, 3, 16, 16)).astype("float32")} for n in (1, 2, 2)]
+    reqs[1]["data"][1, 0, 0, 0] = 13.0
+    results = served.run_requests(reqs)
+    assert isinstance(results[1], RequestFailure) and "RuntimeError: plugin p: marker" in results[1].message
+    for i in (0, 2):
+        assert_close(results[i][0], native_outputs(tiny_cnn, reqs[i])[0])
+    assert isinstance(served.run_requests([reqs[1]])[0], RequestFailure)
+    assert_close(served.run_requests([reqs[0]])[0][0], native_outputs(tiny_cnn, reqs[0])[0])
 
 
 @pytest.mark.parametrize("arrays,words", [

@@ -8,7 +8,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.serving.server import ServeOptions, TritonProcess
+from mx_trt.serving.process import TritonProcess
+from mx_trt.serving.server import free_port
 from mx_trt.tools.cli.main import main
 from tests import userops
 from tests.serving.conftest import SERVER_ENV, assert_close, needs_server, small_cnn, triton_client
@@ -46,11 +47,12 @@ def test_exported_mixed_graph_serves(tmp_path, capsys):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in dict(SERVER_ENV, MXNET_TENSORRT_CACHE_DIR=str(tmp_path / "cache")).items():
             mp.setenv(k, v)
-        server = TritonProcess(str(repo), "mixed", ServeOptions(http_port=0, grpc_port=0, metrics_port=0),
-                               str(tmp_path / "work"), str(tmp_path / "server.log"))
+        ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+        server = TritonProcess(str(repo), "mixed", "127.0.0.1", ports, 5, str(tmp_path / "work"),
+                               str(tmp_path / "server.log"))
     try:
         server.wait_ready(180)
-        client = thttp.InferenceServerClient(server.endpoints.http)
+        client = thttp.InferenceServerClient(server.http)
         x = np.random.RandomState(0).uniform(-1, 1, (3, 3, 8, 8)).astype("float32")
         t = thttp.InferInput("data", list(x.shape), "FP32")
         t.set_data_from_numpy(x)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import shutil
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -34,10 +35,12 @@ from mx_trt.build.cpus import engine_threads
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
-from mx_trt.export.plugins import model_plugins
+from mx_trt.export.plugins import Plugin, hold_plugin, model_plugins
+from mx_trt.export.shapes import PluginShape
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.settings import env_int
 from mx_trt.build.backends.ort_plugins import plugins_named, register_plugins
+from mx_trt.build.backends.plugin_runs import watching
 from mx_trt.build.backends.base import (
     Backend,
     BatchRange,
@@ -128,6 +131,11 @@ class OrtEngine(Engine):
         self._fed_as_is: List[str] = []
         #: ``domain::op_type`` of the plugins the model holds; a stored copy registers them again at load.
         self.plugins: List[str] = []
+        #: The engine's own references to its plugins' functions, and MXNet's shapes of their nodes.
+        self.plugin_functions: Dict[str, Callable[..., Any]] = {}
+        self.plugin_shapes: List[PluginShape] = []
+        #: MXNet node name -> its operator (and user converter), to name them in run errors.
+        self.node_ops: Dict[str, str] = {}
         self._inline_bytes = 0
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
@@ -142,10 +150,39 @@ class OrtEngine(Engine):
                 binding.bind_output(spec.name, "cpu", 0, np.dtype(b.dtype), list(b.shape), b.ptr)
             self._binding = binding
             self._bound_key = key
+        if not self.plugins:
+            self._run_session()
+            return
+        with watching(self.plugin_shapes, self.plugin_functions) as watch:
+            try:
+                self._run_session()
+            except EngineRunError:
+                watch.raise_fault(self.name)  # what a plugin did comes first: it is why the run failed
+                raise
+        watch.raise_fault(self.name)
+
+    def _run_session(self) -> None:
         try:
             self.session.run_with_iobinding(self._binding)
         except Exception as exc:  # onnxruntime raises its own exception types
-            raise EngineRunError(f"{self.name}: ONNX Runtime failed: {exc}") from exc
+            raise EngineRunError(f"{self.name}: ONNX Runtime failed{self._where(str(exc))}: {exc}") from exc
+
+    def _where(self, message: str) -> str:
+        """`` in node X (op, converter)``: the MXNet node of the ONNX node an ONNX Runtime message names."""
+        found = re.search(r"Name:'([^']*)'", message)
+        if not found:
+            return ""
+        node = found.group(1).split("/", 1)[0]
+        op = self.node_ops.get(node)
+        return f" in node {node!r} ({op})" if op else f" in node {node!r}"
+
+    def hold_plugins(self, plugins: Sequence[Plugin], shapes: Sequence[PluginShape] = ()) -> None:
+        """Keep this engine's own references to its plugins' functions (unregistering them cannot reach it)."""
+        self.plugins = [p.name for p in plugins]
+        self.plugin_functions = {p.name: p.python["onnxruntime"] for p in plugins if "onnxruntime" in p.python}
+        self.plugin_shapes = list(shapes)
+        for p in plugins:
+            hold_plugin(p, self)
 
     def stored_weights(self) -> Dict[str, Any]:
         return dict(self._fed_arrays)
@@ -168,6 +205,9 @@ class OrtEngine(Engine):
             "fed": list(self._fed),
             "fed_as_is": list(self._fed_as_is),
             "plugins": list(self.plugins),
+            "plugin_shapes": [[s.plugin, s.node, [list(x) for x in s.in_shapes], [list(x) for x in s.out_shapes]]
+                              for s in self.plugin_shapes],
+            "node_ops": dict(self.node_ops),
             "stored_bytes": self._inline_bytes,
             "inputs": specs_json(self.inputs),
             "outputs": specs_json(self.outputs),
@@ -255,7 +295,8 @@ class OnnxRuntimeBackend(Backend):
         shutil.rmtree(art, ignore_errors=True)
         trim_heap()
         engine = OrtEngine(session, inputs, outputs, options.name, ranges, held=held)
-        engine.plugins = [p.name for p in plugins]
+        engine.hold_plugins(plugins, exported.plugin_shapes)
+        engine.node_ops = dict(exported.node_ops)
         return engine
 
     def _build_stored(self, exported: Any, so: Any, art: str, held: Dict[str, np.ndarray],
@@ -292,7 +333,8 @@ class OnnxRuntimeBackend(Backend):
         engine._fed, engine._inline_bytes = fed, inline_bytes
         engine._fed_arrays = {n: held[n] for n in fed}
         engine._fed_as_is = _as_is(fed, held, options.extra.get("weight_views"))
-        engine.plugins = [p.name for p in plugins]
+        engine.hold_plugins(plugins, exported.plugin_shapes)
+        engine.node_ops = dict(exported.node_ops)
         return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
@@ -310,16 +352,27 @@ class OnnxRuntimeBackend(Backend):
             arrays = views(fed)
         else:
             arrays = feed() if fed and feed is not None else {}
-        plugins = [str(n) for n in meta.get("plugins", [])]
+        plugins = plugins_named([str(n) for n in meta.get("plugins", [])])
         session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name,
-                                        plugins_named(plugins))
+                                        plugins)
         ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
         engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
                            ranges, held=held)
         engine._fed = fed  # what an export of this engine writes beside it (stored_weights)
         engine._fed_arrays = {name: arr for name, (arr, _) in zip(fed, held)}
-        engine.plugins = plugins
+        engine.hold_plugins(plugins, _stored_plugin_shapes(meta.get("plugin_shapes")))
+        ops = meta.get("node_ops")
+        engine.node_ops = {str(k): str(v) for k, v in ops.items()} if isinstance(ops, dict) else {}
         return engine
+
+
+def _stored_plugin_shapes(raw: Any) -> List[PluginShape]:
+    """The plugin shapes of a stored engine's meta (anything malformed: none, so no check)."""
+    try:
+        return [PluginShape(str(p), str(n), tuple(tuple(int(d) for d in s) for s in ins),
+                            tuple(tuple(int(d) for d in s) for s in outs)) for p, n, ins, outs in raw or []]
+    except (TypeError, ValueError):
+        return []
 
 
 def _as_is(fed: Sequence[str], held: Mapping[str, np.ndarray], views: Any) -> List[str]:
@@ -429,7 +482,10 @@ def _strip_optimized(art: str, arrays: Mapping[str, np.ndarray]) -> Tuple[List[s
             start, length = int(loc.get("offset", "0")), int(loc["length"])
             region = data[start:start + length]
             mine = arrays.get(t.name)
-            if mine is not None and mine.nbytes == length and np.array_equal(mine.reshape(-1).view(np.uint8), region):
+            # Same bytes is not enough: ONNX Runtime may store a value under its name in another shape
+            # (a BatchNorm scale (C, 1, 1) kept as (1, 1, 1, C) by the layout optimizer of int8 graphs).
+            if (mine is not None and mine.nbytes == length and tuple(mine.shape) == tuple(t.dims)
+                    and np.array_equal(mine.reshape(-1).view(np.uint8), region)):
                 where = (FED, 0, length)
                 fed.append(t.name)
             else:

@@ -11,8 +11,10 @@ domains. Before ONNX Runtime builds or loads a session over it,
 
 ``onnxruntime-extensions`` keeps every op it was given for the life of the
 process and ONNX Runtime refuses two kernels of one name, so the op made for a
-plugin is a thin dispatcher made once: registering the plugin again (a new
-version of the function) changes what it calls, not the op.
+plugin is a thin dispatcher made once. It calls the function the running engine
+holds (:mod:`mx_trt.build.backends.plugin_runs`): unregistering the plugin, or
+registering a new version, changes what later engines call, never what a live
+one does, and nothing the function does reaches ONNX Runtime's C++.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from typing import Any, Callable, List, Sequence
 
 import numpy as np
 
-from mx_trt.errors import EngineBuildError, EngineRunError
+from mx_trt.errors import EngineBuildError
+from mx_trt.build.backends.plugin_runs import call_plugin, current
 from mx_trt.export.plugins import Plugin, mark_ortx_made, ortx_made, ortx_signature, plugin_for_node
 
 __all__ = ["plugins_named", "register_plugins"]
@@ -33,22 +36,25 @@ _LOCK = threading.Lock()  # one maker at a time (the table itself is in mx_trt.e
 
 
 def _dispatcher(domain: str, op_type: str, out_dtypes: Sequence[str]) -> Callable[..., Any]:
-    """The body of the extensions' op: the plugin's current Python function, outputs in their declared types."""
+    """The body of the extensions' op: the plugin's function through :func:`.plugin_runs.call_plugin`.
+
+    The function is the one the running engine holds (its own reference, taken at
+    build or load), else the registered one. Whatever it does, nothing is raised
+    into ONNX Runtime: faults go to the run's side channel, and the engine raises
+    after the session's run.
+    """
+    name = f"{domain}::{op_type}"
 
     def call(*inputs: np.ndarray, **attrs: Any) -> Any:
-        p = plugin_for_node(domain, op_type)
-        fn = p.python.get("onnxruntime") if p is not None else None
+        run = current()
+        fn = run.functions.get(name) if run is not None else None
         if fn is None:
-            raise EngineRunError(f"plugin {domain}::{op_type} has no onnxruntime Python implementation any more")
-        result = fn(*inputs, **attrs)
-        results = result if isinstance(result, tuple) else (result,)
-        if len(results) != len(out_dtypes):
-            raise EngineRunError(f"plugin {domain}::{op_type} returned {len(results)} output(s), "
-                                 f"{len(out_dtypes)} declared")
-        fixed = tuple(np.ascontiguousarray(r, dtype=dt) for r, dt in zip(results, out_dtypes))
+            p = plugin_for_node(domain, op_type)
+            fn = p.python.get("onnxruntime") if p is not None else None
+        fixed = call_plugin(name, fn, inputs, attrs, out_dtypes)
         return fixed if len(fixed) > 1 else fixed[0]
 
-    call.__name__ = f"{domain}::{op_type}"
+    call.__name__ = name
     return call
 
 

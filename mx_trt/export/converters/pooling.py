@@ -49,13 +49,7 @@ class _PoolPlan:
 
 def _pool_plan(spec: OpSpec) -> _PoolPlan:
     """Decode the attributes; raises ConversionError with the reason when not reproducible."""
-    shape = spec.in_shapes[0]
-    if len(shape) not in (3, 4, 5):
-        raise ConversionError(f"input must be 3-D, 4-D or 5-D, got {shape}")
-    nsp = len(shape) - 2
-    reason = check_layout(spec, nsp)
-    if reason:
-        raise ConversionError(reason)
+    # The attributes first: they decide without shapes (the placeholder partition of get_backend_symbol asks).
     pool_type = attr_str(spec, "pool_type", "max")
     if pool_type not in ("max", "avg", "sum", "lp"):
         raise ConversionError(f"pool_type {pool_type!r} is not supported")
@@ -64,6 +58,13 @@ def _pool_plan(spec: OpSpec) -> _PoolPlan:
         p = attr_int(spec, "p_value", 0) or 0
         if p not in (1, 2, 3):
             raise ConversionError(f"lp pooling with p_value={spec.str_('p_value')} is not supported (1, 2 or 3)")
+    shape = spec.in_shapes[0]
+    if len(shape) not in (3, 4, 5):
+        raise ConversionError(f"input must be 3-D, 4-D or 5-D, got {shape}")
+    nsp = len(shape) - 2
+    reason = check_layout(spec, nsp)
+    if reason:
+        raise ConversionError(reason)
     include_pad = spec.bool_("count_include_pad", True) if spec.str_("count_include_pad") != "None" else True
     if spec.bool_("global_pool", False):
         return _PoolPlan(pool_type, p, True, include_pad)

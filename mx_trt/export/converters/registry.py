@@ -251,7 +251,8 @@ def check(spec: OpSpec) -> Optional[str]:
     """Decide whether ``spec`` converts. Returns ``None`` or the reason it does not.
 
     Generic rules first (a converter exists, shapes are known), then the op's own
-    validators (which check dtypes). The bind pass adds the engine-wide dtype rule. A validator that raises is reported as a reason.
+    validators (which check dtypes). The bind pass adds the engine-wide dtype rule. A validator that raises is
+    reported as a reason (a user's is also logged, with its traceback).
     """
     entry = lookup(spec.op, spec.attrs)
     if entry is None:
@@ -274,12 +275,16 @@ def check(spec: OpSpec) -> Optional[str]:
             reason = v(spec)
         except ConversionError as exc:
             reason = str(exc)
-        except (ValueError, TypeError, KeyError) as exc:
-            reason = f"invalid attributes: {exc}"
         except Exception as exc:  # a user's validator may raise anything; it only refuses the node
-            if not entry.is_user:
+            if entry.is_user:
+                # A refusal, but not a silent one: the traceback says where the validator broke.
+                logger.warning("%s: its validator raised %s on node %r; the node stays native", entry.label,
+                               type(exc).__name__, spec.name, exc_info=True)
+                reason = f"validator raised {type(exc).__name__}: {exc}"
+            elif isinstance(exc, (ValueError, TypeError, KeyError)):
+                reason = f"invalid attributes: {exc}"
+            else:
                 raise
-            reason = f"validator raised {type(exc).__name__}: {exc}"
         if reason:
             return f"{reason} ({entry.label})" if entry.is_user else reason
     return None

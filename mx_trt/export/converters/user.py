@@ -51,11 +51,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import ConversionError
+from mx_trt.settings import mxnet_op_names
 from mx_trt.export.converters.registry import (
     BUILT_IN, ConvContext, Converter, OpEntry, Validator, add_entry, entries, lookup, remove_entries,
 )
 
-__all__ = ["ConverterInfo", "add_user_converter", "code_digest", "identity_of", "list_converters", "register_converter",
+__all__ = ["BACKENDS", "ConverterInfo", "add_user_converter", "check_registration", "code_digest", "identity_of", "list_converters", "register_converter",
            "unregister_converter", "user_fingerprint"]
 
 logger = logging.getLogger(__name__)
@@ -100,16 +101,50 @@ def register_converter(
         The decorator; it returns the function unchanged.
 
     Raises:
-        ValueError: ``op`` is empty or ``"Custom:"`` without an op_type.
+        ValueError: at registration, not at the first bind: ``op`` is empty, ``"Custom:"``
+            without an op_type, or an operator MXNet does not have; a backend not in
+            :data:`BACKENDS`; a priority that is not an integer; a validator that is not callable.
     """
-    if not op or op == "Custom:" or not isinstance(op, str):
-        raise ValueError(f"register_converter: bad operator name {op!r} (use 'Name' or 'Custom:op_type')")
+    chosen = check_registration("register_converter", op, priority, backends, validator)
 
     def deco(fn: Converter) -> Converter:
-        add_user_converter(op, fn, validator, priority, version, backends)
+        if not callable(fn):
+            raise ValueError(f"register_converter({op!r}) decorates a function, got {type(fn).__name__}")
+        add_user_converter(op, fn, validator, priority, version, chosen)
         return fn
 
     return deco
+
+
+#: The backends a user converter or plugin may name.
+BACKENDS = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+
+
+def check_registration(what: str, op: Any, priority: Any, backends: Optional[Sequence[str]],
+                       validator: Any) -> Optional[Tuple[str, ...]]:
+    """Check what :func:`register_converter` and ``register_plugin`` are given; returns the backends as a tuple.
+
+    Raises:
+        ValueError: naming the argument and what it may be.
+    """
+    if not isinstance(op, str) or not op or op == "Custom:":
+        raise ValueError(f"{what}: bad operator name {op!r} (use 'Name' or 'Custom:op_type')")
+    if not op.startswith("Custom:"):
+        known = mxnet_op_names()
+        if known and op not in known:
+            raise ValueError(f"{what}: MXNet has no operator {op!r} (a Python CustomOp registered as 'name' is "
+                             "'Custom:name')")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"{what}({op!r}): priority must be an integer (built-ins have 0), got {priority!r}")
+    if validator is not None and not callable(validator):
+        raise ValueError(f"{what}({op!r}): validator must be a function or None, got {type(validator).__name__}")
+    if backends is None:
+        return None
+    names = (backends,) if isinstance(backends, str) else tuple(backends)
+    bad = [b for b in names if b not in BACKENDS]
+    if bad or not names:
+        raise ValueError(f"{what}({op!r}): backends {list(names)!r}: each must be one of {', '.join(BACKENDS)}")
+    return names
 
 
 def add_user_converter(

@@ -12,8 +12,9 @@ from mx_trt.build.backends import BACKENDS
 from mx_trt.build.backends.tensorrt import TensorRTBackend
 from mx_trt.errors import MxTrtError
 from mx_trt.serving.engine_models import variants_note, whole_model_export, write_onnx_model, write_plan_model
-from mx_trt.serving.repository import write_python_model
+from mx_trt.serving.repository import replace_problem, write_python_model
 from mx_trt.serving.server import input_specs
+from mx_trt.tools.cli import onnx_file
 from mx_trt.tools.cli.checkpoint import load_model
 from mx_trt.tools.cli.options import (
     EXIT_OK,
@@ -32,8 +33,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", parents=[common], help="write the optimized model and its engines to a folder",
                        description="Bind with the pass and write OUTDIR: the optimized symbol, the remaining "
                                    "params and the engines; mx_trt.load(OUTDIR, ctx) binds it again "
-                                   "without building anything.")
-    p.add_argument("outdir", metavar="OUTDIR", help="target folder (created)")
+                                   "without building anything. With --onnx OUT.onnx instead of OUTDIR: the whole "
+                                   "model as one ONNX file that runs without MXNet.")
+    p.add_argument("outdir", metavar="OUTDIR", nargs="?", default=None, help="target folder (created)")
     add_max_batch(p)
     p.add_argument("--force", action="store_true", help="replace an earlier export in OUTDIR")
     p.add_argument("--json", action="store_true", help="print the manifest")
@@ -43,6 +45,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                         "gets OUTDIR/NAME_onnx (onnxruntime_onnx) and, where TensorRT builds, OUTDIR/NAME_trt "
                         "(tensorrt_plan, for this machine's GPU)")
     add_serve_options(p, max_batch=False)
+    onnx_file.add_options(p)
     p.set_defaults(func=run)
 
 
@@ -69,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         UsageError: a bad ``--max-batch``, OUTDIR a file, not empty without
             ``--force``, or a folder that cannot be created or written.
     """
+    if args.onnx:
+        return onnx_file.run(args)
+    if not args.outdir:
+        raise UsageError("the following arguments are required: OUTDIR (or --onnx OUT.onnx)")
     check_max_batch(args)
     outdir = os.path.abspath(args.outdir)
     if os.path.exists(outdir) and not os.path.isdir(outdir):
@@ -99,6 +106,11 @@ def _triton(args: argparse.Namespace, ckpt: Any, shapes: Any, outdir: str) -> in
     opts = serve_options(args, ckpt.prefix)
     name = str(opts.model_name)
     _check_writable(outdir)
+    for folder in (name, f"{name}_onnx", f"{name}_trt"):  # before anything is written
+        path = os.path.join(outdir, folder)
+        problem = replace_problem(path, folder) if os.path.lexists(path) else None
+        if problem is not None:
+            raise UsageError(f"{path} {problem}: not replacing it (move it away, or export to another folder)")
     spec = write_python_model(outdir, name, ckpt.symbol, ckpt.arg_params, ckpt.aux_params,
                               input_specs(shapes, dtypes), opts.max_batch, opts.max_queue_delay_us, opts.instances,
                               allow_nonfinite=opts.allow_nonfinite, imports=list(opts.imports))

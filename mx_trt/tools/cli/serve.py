@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from typing import Any, Dict
@@ -10,7 +11,7 @@ import numpy as np
 
 from mx_trt.errors import ServeError
 from mx_trt.serving.repository import TRITON_TYPES, check_model_name
-from mx_trt.serving.server import ServeOptions, serve
+from mx_trt.serving.server import GRACE_PERIOD_S, Endpoints, ServeOptions, serve
 from mx_trt.tools.cli.checkpoint import load_model
 from mx_trt.tools.cli.options import INT32_MAX, UsageError, int_in
 
@@ -23,13 +24,30 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="serve the checkpoint with Triton Inference Server",
                        description="Serve the checkpoint through Triton (HTTP, gRPC, health, metrics), bound with "
                                    "the pass, with dynamic batching inside the engines' batch profile. Dimension 0 "
-                                   "of --shape is the batch and is ignored. SIGTERM drains the requests in flight.")
+                                   "of --shape is the batch and is ignored. SIGTERM drains the requests in flight "
+                                   "and stops within --grace-period.")
     add_serve_options(p)
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+                   help="the IPv4 address HTTP, gRPC and metrics listen on (default 127.0.0.1, this machine only; "
+                        "0.0.0.0: every interface)")
+    p.add_argument("--grace-period", type=_seconds, default=GRACE_PERIOD_S, metavar="S",
+                   help=f"on SIGTERM, seconds the requests in flight get to finish before the server stops "
+                        f"(default {GRACE_PERIOD_S:g})")
     p.add_argument("--http-port", type=int_in(0, 65535), default=8000, help="HTTP port (default 8000; 0: a free one)")
     p.add_argument("--grpc-port", type=int_in(0, 65535), default=8001, help="gRPC port (default 8001; 0: a free one)")
     p.add_argument("--metrics-port", type=int_in(0, 65535), default=8002,
                    help="Prometheus metrics port (default 8002; 0: a free one)")
     p.set_defaults(func=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds in (0, 3600]")
+    return value
 
 
 def add_serve_options(p: argparse.ArgumentParser, max_batch: bool = True) -> None:
@@ -91,6 +109,8 @@ def serve_options(args: argparse.Namespace, prefix: str) -> ServeOptions:
     return ServeOptions(max_batch=args.max_batch or 32, max_queue_delay_us=args.max_queue_delay_us,
                         instances=args.instances, http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2],
                         model_name=name, allow_nonfinite=args.allow_nonfinite,
+                        host=getattr(args, "host", "127.0.0.1"),
+                        grace_period_s=getattr(args, "grace_period", GRACE_PERIOD_S),
                         imports=[os.path.abspath(m) if m.endswith(".py") else m for m in args.imports])
 
 
@@ -104,4 +124,10 @@ def run(args: argparse.Namespace) -> int:
     ckpt, shapes, _ = load_model(args)
     dtypes = parse_dtypes(args, ckpt.data_inputs())
     opts = serve_options(args, ckpt.prefix)
-    return serve(ckpt.prefix, ckpt.epoch, shapes, dtypes, opts)
+    return serve(ckpt.prefix, ckpt.epoch, shapes, dtypes, opts, banner=_banner)
+
+
+def _banner(e: Endpoints) -> None:
+    where = " (every interface)" if e.http.startswith("0.0.0.0:") else ""
+    print(f"serving {e.model}: HTTP {e.http}, gRPC {e.grpc}, metrics {e.metrics}{where} "
+          "(SIGTERM or Ctrl-C stops)", flush=True)

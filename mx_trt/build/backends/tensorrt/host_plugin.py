@@ -12,16 +12,21 @@ since each module has its own base classes.
 - Run (``enqueue``): wait for the engine's stream, copy each input to host
   memory, call the function, copy each result into its output. One run at a
   time per plugin object; TensorRT gives each execution context its own clone.
+  The function runs through :func:`~mx_trt.build.backends.plugin_runs.call_plugin`:
+  whatever it raises or returns never reaches TensorRT's C++; the engine's run
+  raises an ``EngineRunError`` naming the plugin afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-from mx_trt.errors import EngineBuildError, EngineRunError
+from mx_trt.errors import EngineBuildError
 from mx_trt.export.plugins import Plugin
+from mx_trt.build.backends.plugin_runs import call_plugin, current, watching
 from mx_trt.build.backends.tensorrt import cuda
 
 if TYPE_CHECKING:
@@ -154,18 +159,15 @@ def _classes(mod: Any, plugin: Plugin, fn: Callable[..., Any]) -> Tuple[type, ty
                 arr = np.empty(_shape(d.dims), dtype=np_of[int(d.type)])
                 cuda.memcpy(arr.ctypes.data, ptr, arr.nbytes, cuda.DEVICE_TO_HOST)
                 arrays.append(arr)
-            try:
-                result = fn(*arrays, **self.attrs)
-            except Exception as exc:  # the user's function may raise anything; TensorRT reports the run failed
-                raise EngineRunError(f"plugin {plugin.name} raised {type(exc).__name__}: {exc}") from exc
-            results = result if isinstance(result, tuple) else (result,)
-            if len(results) != len(output_desc):
-                raise EngineRunError(f"plugin {plugin.name} returned {len(results)} output(s), {len(output_desc)} declared")
-            for d, ptr, r in zip(output_desc, outputs, results):
-                shape = _shape(d.dims)
-                arr = np.ascontiguousarray(r, dtype=np_of[int(d.type)])
-                if arr.shape != shape:
-                    raise EngineRunError(f"plugin {plugin.name} returned shape {arr.shape}, the output is {shape}")
+            # Never raises into TensorRT: a fault goes to the run's side channel (TrtRunner raises it after
+            # the run); called outside one (a direct call), it is raised here.
+            outside = current() is None
+            with (watching() if outside else contextlib.nullcontext(current())) as run:
+                results = call_plugin(plugin.name, fn, arrays, self.attrs, plugin.out_dtypes,
+                                      [_shape(d.dims) for d in output_desc])
+            if outside and run is not None:
+                run.raise_fault(plugin.name)
+            for d, ptr, arr in zip(output_desc, outputs, results):
                 cuda.memcpy(ptr, arr.ctypes.data, arr.nbytes, cuda.HOST_TO_DEVICE)
 
     class HostPluginCreator(mod.IPluginCreatorV3One):  # type: ignore[misc]

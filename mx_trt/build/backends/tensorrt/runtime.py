@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Pro
 
 from mx_trt.errors import EngineRunError, ShapeError
 from mx_trt.build.backends.base import Buffer, Shape, TensorSpec
+from mx_trt.build.backends.plugin_runs import watching
 from mx_trt.build.backends.tensorrt import cuda
 from mx_trt.build.backends.tensorrt.caches import RuntimeCache
 from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
@@ -196,8 +197,11 @@ class TrtRunner:
             # given no handle to MXNet's stream). Waiting for the whole device
             # is the one ordering that is always right.
             cuda.device_synchronize()
-            with logger_for(eng.backend.module()).capture() as cap:
+            with logger_for(eng.backend.module()).capture() as cap, watching() as plugins:
                 ok = context.execute_async_v3(stream.handle)
+            if plugins.faults:
+                stream.synchronize()
+                plugins.raise_fault(eng.name)  # a host-function plugin failed: its message, not TensorRT's
             if not ok:
                 raise EngineRunError(f"{eng.name}: execute_async_v3 failed: {'; '.join(cap.lines) or 'no message'}")
             # Outputs must be complete before MXNet's next kernels read them.

@@ -1,0 +1,1 @@
+"""The whole-model ONNX export, run where MXNet cannot be imported."""

@@ -4,13 +4,18 @@ For each model, in one process, with seeded random weights: the partition
 (operators in engines, number of engines, operators left native and why) and
 the median forward latency of
 
-* ``native``: MXNet alone (what "never make an engine" gives);
-* ``cost``: the pass with the shipped rule (``passes/cost.py``: a subgraph
+* ``native``: MXNet alone (what "never make an engine" gives), its default threads;
+* ``native, equal threads``: MXNet with ``OMP_NUM_THREADS`` set to the engines'
+  thread count, in a worker process (``mx_trt.tools.native_process``) timed in
+  the same rounds (models with custom operators of this process cannot run there);
+* ``measured``: the pass with the shipped rule (each engine timed against MXNet
+  running its subgraph at bind, kept when faster; a fresh plan cache);
+* ``cost``: the pass with the cost estimate (``passes/cost.py``: a subgraph
   becomes an engine when its estimated saving beats an engine's run cost);
 * ``always``: the pass making an engine of every subgraph, one operator or more
   (``MXNET_TENSORRT_ENGINE_RULE=always``, ``MXNET_TENSORRT_MIN_SUBGRAPH_SIZE=1``).
 
-The three executors are bound first and then timed in rounds that rotate
+The executors are bound first and then timed in rounds that rotate
 their order, so that load on the machine, and MXNet's OpenMP threads still
 spinning after a native forward, fall on all of them alike.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import statistics
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -75,12 +81,15 @@ RUNS = 6
 
 VARIANTS: Dict[str, Optional[Dict[str, Optional[str]]]] = {
     "native": None,
+    "measured": {"MXNET_TENSORRT_ENGINE_RULE": "measured", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": None},
     "cost": {"MXNET_TENSORRT_ENGINE_RULE": "cost", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": None},
     "always": {"MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE": "1"},
 }
+#: Native MXNet with OMP_NUM_THREADS = the engines' threads, in a worker process (mx_trt.tools.native_process).
+EQUAL = "native, equal threads"
 
 
-def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]]) -> Tuple[Any, Any]:
+def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]], cache: str = "") -> Tuple[Any, Any]:
     import mxnet as mx
 
     import mx_trt
@@ -93,7 +102,7 @@ def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]]) -> Tuple[Any, 
         exe.copy_params_from(model.args, model.aux, allow_extra_params=True)
         info = None
     else:
-        with env_override({"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_STRICT": "1", "MXNET_TENSORRT_CACHE_DIR": "",
+        with env_override({"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_STRICT": "1", "MXNET_TENSORRT_CACHE_DIR": cache,
                            **env}):
             exe = model.sym.simple_bind(mx.cpu(), grad_req="null", type_dict=model.dtypes,
                                         shared_buffer=model.params, **model.shapes)
@@ -143,20 +152,31 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[
         exes: Dict[str, Any] = {}
         infos: Dict[str, Any] = {}
         bind_s: Dict[str, float] = {}
-        for variant, env in VARIANTS.items():
-            t = time.perf_counter()
-            exes[variant], infos[variant] = _bind(model, env)
-            bind_s[variant] = time.perf_counter() - t
-        times: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+        with tempfile.TemporaryDirectory(prefix="mx_trt_bench_models_") as cache:
+            for variant, env in VARIANTS.items():
+                t = time.perf_counter()
+                # The measured rule keeps its decisions in a plan cache (fresh: this bind times the engines).
+                exes[variant], infos[variant] = _bind(model, env, cache if variant == "measured" else "")
+                bind_s[variant] = time.perf_counter() - t
+        worker = _equal_threads(model)
+        times: Dict[str, List[float]] = {v: [] for v in [*VARIANTS, *([EQUAL] if worker else [])]}
         for v, exe in exes.items():
             for _ in range(warmup):
                 _forward(exe)
-        order = list(exes)
-        for r in range(runs):
-            # Rotate the order: MXNet's OpenMP threads spin for a while after a native
-            # forward and slow whatever runs next, so no variant always follows another.
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                times[v].append(_forward(exes[v]))
+        runners: Dict[str, Callable[[], float]] = {v: (lambda e=exe: _forward(e)) for v, exe in exes.items()}
+        if worker is not None:
+            worker.run(0, warmup)
+            runners[EQUAL] = lambda: worker.run(1)[0]
+        order = list(runners)
+        try:
+            for r in range(runs):
+                # Rotate the order: MXNet's OpenMP threads spin for a while after a native
+                # forward and slow whatever runs next, so no variant always follows another.
+                for v in order[r % len(order):] + order[:r % len(order)]:
+                    times[v].append(runners[v]())
+        finally:
+            if worker is not None:
+                worker.close()
         med = {v: statistics.median(ts) for v, ts in times.items()}
         info = infos["cost"]
         inside, total = info.plan.op_counts()
@@ -168,6 +188,11 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[
             "native_ops": _native_reasons(info),
             "median_ms": med, "bind_s": bind_s,
             "native/cost": med["native"] / med["cost"], "always/cost": med["always"] / med["cost"],
+            "native/measured": med["native"] / med["measured"],
+            "native_equal_threads/measured": med[EQUAL] / med["measured"] if EQUAL in med else None,
+            "threads": worker.threads if worker is not None else 0,
+            "measured_engines": len(infos["measured"].engines),
+            "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
         }
         logger.info("%s: %d/%d ops in %d engines; native %.1f ms, cost %.1f ms, always %.1f ms", name, inside, total,
                     row["engines"]["cost"], med["native"], med["cost"], med["always"])
@@ -179,6 +204,20 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[
     return rows
 
 
+def _equal_threads(model: Any) -> Any:
+    """Native MXNet with the engines' thread count in a worker process, or ``None`` (logged) if it cannot run there."""
+    from mx_trt.build.cpus import engine_threads
+    from mx_trt.settings import env_int
+    from mx_trt.tools.native_process import NativeProcess
+
+    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    try:
+        return NativeProcess(model.sym, model.params, model.shapes, model.inputs, model.dtypes, threads=threads)
+    except (RuntimeError, OSError) as exc:
+        logger.warning("%s: native MXNet at equal threads not measured: %s", model.name, exc)
+        return None
+
+
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown tables: the partition, and the three rules side by side."""
     out = ["| model | input | ops in engines | engines | left native (reason) | native ms | accelerated ms | native/accelerated |",
@@ -188,6 +227,15 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
         m = r["median_ms"]
         out.append(f"| {r['model']} | {r['input']} | {r['ops_in_engines']} of {r['ops']} | {r['engines']['cost']} | "
                    f"{native} | {m['native']:.1f} | {m['cost']:.1f} | {r['native/cost']:.2f} |")
+    threads = max((r.get("threads") or 0 for r in rows), default=0)
+    out += ["", f"| model | native ms | native {threads}t ms | measured: engines, ms | native/measured | "
+                f"native {threads}t/measured |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        m = r["median_ms"]
+        eq = m.get(EQUAL)
+        ratio = r.get("native_equal_threads/measured")
+        out.append(f"| {r['model']} | {m['native']:.1f} | {f'{eq:.1f}' if eq else '-'} | {r['measured_engines']}, "
+                   f"{m['measured']:.1f} | {r['native/measured']:.2f} | {f'{ratio:.2f}' if ratio else '-'} |")
     out += ["", "| model | never (native) ms | always: engines, ms | cost rule: engines, ms | best |",
             "| --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -195,7 +243,8 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
         if r["partitions"]["always"] == r["partitions"]["cost"]:
             best = "same partition"
         else:
-            best = {"native": "never", "cost": "cost rule", "always": "always"}[min(m, key=m.get)]
+            rules = {"native": "never", "cost": "cost rule", "always": "always"}
+            best = rules[min(rules, key=m.get)]
         out.append(f"| {r['model']} | {m['native']:.1f} | {e['always']}, {m['always']:.1f} | {e['cost']}, {m['cost']:.1f} | "
                    f"{best} |")
     return "\n".join(out)

@@ -1,5 +1,12 @@
 """ONNX Runtime session configurations on a quiet and on a busy machine, side by side in one process.
 
+Configurations: ``t0`` is the engines' default thread count (the CPUs the
+process may use, ``mx_trt.build.cpus``), ``t1``/``t2`` one and two intra-op
+threads, ``spin`` lets ONNX Runtime's threads spin after a run (the engines turn
+it off), ``dyn4``/``dyn1`` set ``session.dynamic_block_base`` (dynamic block
+sizes in its parallel loops). Run under ``taskset -c 0`` to see a process
+allowed one CPU.
+
 Usage::
 
     python benchmarks/ort_threads_probe.py [--model resnet50_v1] [--batch 1] [--runs 8] [--rounds 4]
@@ -32,6 +39,7 @@ CONFIGS: Dict[str, Dict[str, str]] = {
     "t0 dyn4": {"session.dynamic_block_base": "4"},
     "t0 dyn1": {"session.dynamic_block_base": "1"},
     "t1": {"threads": "1"},
+    "t2": {"threads": "2"},
     "t2 dyn4": {"threads": "2", "session.dynamic_block_base": "4"},
 }
 

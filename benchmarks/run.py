@@ -16,17 +16,24 @@ Sections (see benchmarks/README.md for the latest numbers):
    marked as an estimate.
 2. ``bind``: ResNet-50 v1 bind time natively (``simple_bind`` alone, and with
    the ``copy_params_from`` that the design's example adds and that a native
-   executor needs for its aux states), with the pass and no plan cache, with a
-   cold cache and with a warm cache (engines found on disk), as ratios to both
-   native binds. Engines kept in memory by earlier binds are forgotten before
+   executor needs for its aux states), with the pass and no plan cache (the
+   cost rule), with a cold cache under the cost rule and under the measured rule
+   (the default: it times the engines), and with a warm cache (engines and
+   decisions found on disk), as ratios to both native binds. Engines kept in memory by earlier binds are forgotten before
    each bind so every leg does its full work.
 3. ``fused_node``: the cost of one fused node: the accelerated executor's
    forward time minus its engine's own run time (the same engine called
    directly), next to the forward time of a no-op Python custom operator.
 4. ``end_to_end``: model-zoo models (seeded random weights) at batch 1 and
-   8: native MXNet, accelerated, and the whole model as one engine (every op
-   converts), with the ratios accelerated/whole (target <= 1.05 on CPU) and
-   native/accelerated.
+   8: native MXNet with its default threads, native MXNet with
+   ``OMP_NUM_THREADS`` set to the engines' thread count (the CPUs the process
+   may use; a worker process timed in the same rounds,
+   ``mx_trt.tools.native_process``), accelerated (the measured engine rule,
+   fresh plan cache), and the whole model as one engine (every op converts),
+   with the ratios accelerated/whole (target <= 1.05 on CPU) and native/accelerated.
+   ``busy``: the same for ResNet-50 v1 and MobileNetV2 (quick: ResNet-18, batch
+   1), first quiet, then with a helper process keeping one core busy
+   (``benchmarks/busy.py``: bounded, it stops by itself, also if the runner dies).
 
 5. ``models``: GluonCV and GluonNLP models at their real input sizes
    (``benchmarks/bench_models.py``): the partition, and native MXNet against
@@ -84,6 +91,8 @@ SIZES = (1_000, 10_000, 100_000)
 UNSUPPORTED = 0.05
 ZOO = ("resnet18_v1", "resnet50_v1", "mobilenetv2_1.0", "squeezenet1.1", "densenet121", "inceptionv3")
 QUICK_ZOO = ("resnet18_v1", "mobilenetv2_0.5")
+BUSY = ("resnet50_v1", "mobilenetv2_1.0")
+QUICK_BUSY = ("resnet18_v1",)
 BATCHES = (1, 8)
 TARGET_ACCEL_OVER_WHOLE = 1.05
 
@@ -206,8 +215,10 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp, exist_ok=True)
 
+        with env_override({"MXNET_TENSORRT_CACHE_DIR": tmp, "MXNET_TENSORRT_ENGINE_RULE": "cost"}):
+            timed("pass, cold cache, cost rule", True, empty_cache)
         with env_override({"MXNET_TENSORRT_CACHE_DIR": tmp}):
-            timed("pass, cold cache", True, empty_cache)
+            timed("pass, cold cache", True, empty_cache)  # the measured rule times the engines
             timed("pass, warm cache", True)
     native = legs["native"]["median_s"]
     native_copy = legs["native + copy_params_from"]["median_s"]
@@ -317,8 +328,20 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, warmup: int) -> List[Dict[str, Any]]:
-    """``mxtrt bench``'s measurement on model-zoo models with seeded random weights."""
+def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, warmup: int,
+                     busy: bool = False) -> List[Dict[str, Any]]:
+    """``mxtrt bench``'s measurement on model-zoo models with seeded random weights.
+
+    Native MXNet runs with its default threads and, in a worker process, with
+    ``OMP_NUM_THREADS`` set to the engines' thread count (the usable CPUs). The
+    pass uses the shipped default, the measured engine rule, with a fresh plan
+    cache (so the bind times the engines: ``bind_s`` holds that cold bind). With
+    ``busy``, every model is measured twice: on the machine as it is, then with a
+    helper process keeping one core busy (``benchmarks/busy.py``); the second
+    bind finds its decisions and engines in the plan cache.
+    """
+    from busy import BusyCore
+
     import mxnet as mx
 
     from mx_trt.tools.cli.bench import bench_one, bench_steps
@@ -330,29 +353,45 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     settings = settings_from_env()
     ctx = mx.cpu()
     backend = backend_for(ctx, settings)
-    progress = Progress(len(models) * len(batches) * 3 * bench_steps(runs, warmup))
+    conditions = ("quiet", "one core busy") if busy else ("as is",)
+    progress = Progress(len(models) * len(batches) * len(conditions) * 3 * bench_steps(runs, warmup))
     rows = []
     try:
-        for name in models:
-            sym, args, aux, size = zoo_model(name)
-            ckpt = Checkpoint(name, 0, sym, args, aux)
-            for b in batches:
-                with env_override({"MXNET_TENSORRT_CACHE_DIR": ""}):
-                    r = bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs, warmup,
-                                  progress)
-                _forget_engines()
-                row = {"model": name, **r.to_json()}
-                rows.append(row)
-                ratios = row["ratios"]
-                logger.info("%s batch %d: native %.1f ms, accelerated %.1f ms, whole %s; native/acc %.2f, acc/whole %s",
-                            name, b, r.native["median_ms"], r.accelerated["median_ms"],
-                            f"{r.whole_model['median_ms']:.1f} ms" if r.whole_model else "-",
-                            ratios["native/accelerated"] or 0, ratios["accelerated/whole_model"])
-            del sym, args, aux, ckpt
-            gc.collect()
+        with tempfile.TemporaryDirectory(prefix="mx_trt_bench_e2e_") as cache:
+            for name in models:
+                sym, args, aux, size = zoo_model(name)
+                ckpt = Checkpoint(name, 0, sym, args, aux)
+                for b in batches:
+                    for cond in conditions:
+                        helper = BusyCore(seconds=max(120.0, 60.0 * runs)) if cond == "one core busy" else None
+                        if helper is not None:
+                            helper.start()
+                            time.sleep(0.3)
+                        try:
+                            with env_override({"MXNET_TENSORRT_CACHE_DIR": cache}):
+                                r = bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs,
+                                              warmup, progress)
+                        finally:
+                            if helper is not None:
+                                helper.stop()
+                        _forget_engines()
+                        row = {"model": name, "condition": cond, **r.to_json()}
+                        rows.append(row)
+                        ratios = row["ratios"]
+                        logger.info("%s batch %d (%s): native %.1f ms, native %dt %s, accelerated %.1f ms; "
+                                    "native/acc %.2f, equal threads %s", name, b, cond, r.native["median_ms"],
+                                    r.threads, f"{r.native_threads['median_ms']:.1f} ms" if r.native_threads else "-",
+                                    r.accelerated["median_ms"], ratios["native/accelerated"] or 0,
+                                    _ratio(ratios.get("native_equal_threads/accelerated")))
+                del sym, args, aux, ckpt
+                gc.collect()
     finally:
         progress.close()
     return rows
+
+
+def _ratio(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 # ---------------------------------------------------------------------------
@@ -436,27 +475,36 @@ def render_tables(res: Dict[str, Any]) -> str:
         out.append(_table(["case", "fused forward", "engine run", "overhead", "no-op custom op", "overhead/no-op"],
                           rows))
         out.append("")
-    if res.get("end_to_end"):
-        out.append("End to end, median latency in ms (throughput in images/s), random weights, "
-                   f"target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
+    for key, title in (("end_to_end", "End to end"), ("busy", "Busy machine: quiet, then one core kept busy")):
+        if not res.get(key):
+            continue
+        threads = max((r.get("threads") or 0 for r in res[key]), default=0)
+        out.append(f"{title}, median latency in ms (throughput in images/s), random weights, the measured engine "
+                   f"rule; native: MXNet's default threads, native {threads}t: OMP_NUM_THREADS={threads} "
+                   f"(another process, same rounds); target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
         rows = []
-        for r in res["end_to_end"]:
+        for r in res[key]:
             whole = r["whole_model"]
+            eq = r.get("native_equal_threads")
             ratios = r["ratios"]
             aw = ratios["accelerated/whole_model"]
             rows.append([
-                r["model"], str(r["batch"]),
+                r["model"], str(r["batch"]), r.get("condition", ""),
                 f"{r['native']['median_ms']:.1f} ({r['native']['throughput']:.0f})",
+                f"{eq['median_ms']:.1f} ({eq['throughput']:.0f})" if eq else "-",
                 f"{r['accelerated']['median_ms']:.1f} ({r['accelerated']['throughput']:.0f})",
                 f"{whole['median_ms']:.1f} ({whole['throughput']:.0f})" if whole else "-",
                 f"{aw:.3f}" + ("" if aw <= TARGET_ACCEL_OVER_WHOLE else " !") if aw else "-",
-                f"{ratios['accelerated/whole_model_best']:.3f}" if ratios.get("accelerated/whole_model_best") else "-",
                 f"{ratios['native/accelerated']:.2f}",
+                _ratio(ratios.get("native_equal_threads/accelerated")),
+                f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
+                f"{r['bind_s']['accelerated']:.1f}",
             ])
-        out.append(_table(["model", "batch", "native", "accelerated", "whole model", "accel/whole",
-                           "best-run accel/whole", "native/accel"], rows, right_from=1))
-        out.append("! above the target. best-run ratio: fastest accelerated run over fastest whole-model run, "
-                   "the least disturbed by other processes")
+        out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated", "whole model",
+                           "accel/whole", "native/accel", f"native {threads}t/accel", "engines (ops)", "bind s"],
+                          rows, right_from=3))
+        out.append("! above the target. engines (ops): engines the measured rule kept (operators in them); "
+                   "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")
     return "\n".join(out)
 
@@ -496,7 +544,7 @@ def plot(res: Dict[str, Any], path: str) -> bool:
         legs = res["bind"]["legs"]
         names = list(legs)
         vals = [legs[k]["median_s"] for k in names]
-        bars = ax.bar(range(len(names)), vals, color=["C7", "C8", "C0", "C1", "C2"][: len(names)])
+        bars = ax.bar(range(len(names)), vals, color=["C7", "C8", "C0", "C3", "C1", "C2"][: len(names)])
         for bar, k in zip(bars, names):
             ax.annotate(f"{legs[k]['ratio_to_native']:.1f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=9)
@@ -520,15 +568,18 @@ def plot(res: Dict[str, Any], path: str) -> bool:
         idx = np.arange(len(e2e))
         acc = [r["accelerated"]["median_ms"] for r in e2e]
         nat = [r["native"]["median_ms"] / a for r, a in zip(e2e, acc)]
+        eq = [(r["native_equal_threads"]["median_ms"] / a) if r.get("native_equal_threads") else 0
+              for r, a in zip(e2e, acc)]
         whole = [(r["whole_model"]["median_ms"] / a) if r["whole_model"] else 0 for r, a in zip(e2e, acc)]
-        ax.bar(idx - 0.27, nat, 0.27, label="native MXNet")
-        ax.bar(idx, [1.0] * len(e2e), 0.27, label="accelerated")
-        ax.bar(idx + 0.27, whole, 0.27, label="whole model, one engine")
+        ax.bar(idx - 0.3, nat, 0.2, label="native MXNet, default threads")
+        ax.bar(idx - 0.1, eq, 0.2, label="native MXNet, equal threads")
+        ax.bar(idx + 0.1, [1.0] * len(e2e), 0.2, label="accelerated")
+        ax.bar(idx + 0.3, whole, 0.2, label="whole model, one engine")
         ax.axhline(1 / TARGET_ACCEL_OVER_WHOLE, color="k", lw=0.8, ls=":", label="whole = accelerated / 1.05")
         ax.set_xticks(idx, labels, fontsize=7, rotation=45, ha="right")
         ax.set_ylabel("latency relative to accelerated")
         ax.set_title("End to end (median latency / accelerated)")
-        ax.set_ylim(0, max(nat + whole + [1.0]) * 1.35)
+        ax.set_ylim(0, min(max(nat + eq + whole + [1.0]), 5.0) * 1.35)
         ax.legend(fontsize=8, loc="upper center", ncol=2)
     machine = res.get("machine", {})
     fig.suptitle(f"mx_trt benchmarks - {machine.get('cpus', '?')} CPUs, {machine.get('backend', '')}, "
@@ -596,12 +647,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="timed runs per end-to-end variant (default 10; quick 3)")
     ap.add_argument("--reference-max", type=int, default=20_000,
                     help="largest graph on which the O(K*V) reference runs (default 20000)")
-    ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,models,int8",
+    ap.add_argument("--only", default="partition,bind,memory,fused_node,end_to_end,busy,models,int8",
                     help="comma-separated sections to run")
     ap.add_argument("--soak-cycles", type=int, default=None, help="cycles of the soak section (default 1000; quick 100)")
     ap.add_argument("--serve-requests", type=int, default=None,
                     help="requests per concurrency in the serve section (default 2000; quick 60)")
-    ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end")
+    ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end and busy")
+    ap.add_argument("--bind-model", default=None, help="model-zoo name of the bind section (default resnet50_v1; "
+                    "quick: resnet18_v1)")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
                     "(default: all of benchmarks/bench_models.py)")
     ap.add_argument("--seed", type=int, default=0)
@@ -634,13 +687,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         res["partition"] = bench_partition(sizes, min(args.reference_max, 10_000 if args.quick else args.reference_max),
                                            args.seed)
     if "bind" in only:
-        res["bind"] = bench_bind("resnet18_v1" if args.quick else "resnet50_v1", 1 if args.quick else 3)
+        res["bind"] = bench_bind(args.bind_model or ("resnet18_v1" if args.quick else "resnet50_v1"),
+                                 1 if args.quick else 3)
     if "fused_node" in only:
         res["fused_node"] = bench_fused_node(200 if args.quick else 1000)
     if "end_to_end" in only:
         models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
         batches = (1,) if args.quick else BATCHES
         res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
+    if "busy" in only:
+        models = args.models.split(",") if args.models else (QUICK_BUSY if args.quick else BUSY)
+        res["busy"] = bench_end_to_end(models, (1,) if args.quick else BATCHES, runs, 1 if args.quick else 2, busy=True)
     if "memory" in only:
         from bench_memory import bench_memory
 

@@ -237,6 +237,15 @@ def masked_subgraph_backend() -> Iterator[None]:
                     _mask_saved = None
 
 
+def thread_settings() -> Dict[str, str]:
+    """The thread counts this process was given (``OMP_NUM_THREADS`` for MXNet, ``MXNET_TENSORRT_ORT_THREADS``).
+
+    What a timing of MXNet against an engine depends on besides the machine:
+    part of the key of the measured rule's stored decisions.
+    """
+    return {k: os.environ.get(k, "").strip() for k in ("OMP_NUM_THREADS", "MXNET_TENSORRT_ORT_THREADS")}
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -293,8 +302,9 @@ class Settings:
         max_batch_size: Dynamic batch up to this size (``MXNET_TENSORRT_MAX_BATCH_SIZE``).
         profiles: Explicit optimization profiles (:func:`set_optimization_profiles`).
         engine_rule: Which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``):
-            ``measured`` (default) each engine is timed at build against MXNet
-            running the same subgraph, and kept only when faster; the decision is
+            ``measured`` (default) each engine of a subgraph the cost estimate does not
+            rule out is timed at build against MXNet running the same subgraph,
+            and kept only when faster; the decision is
             stored in the plan cache (:mod:`mx_trt.pipeline.measure`; without a
             plan cache the bind uses ``cost``). ``cost``: those whose estimated
             saving beats an engine's run cost (:mod:`mx_trt.passes.cost`).

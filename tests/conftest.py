@@ -40,6 +40,15 @@ def _isolated_engines(monkeypatch, tmp_path):
 
 @pytest.fixture
 def default_engine_rule(monkeypatch):
-    """The shipped defaults: the cost rule decides which subgraphs become engines."""
+    """The cost rule decides which subgraphs become engines, every subgraph size counts: the shipped
+    rule without a plan cache, and the deterministic one (the measured rule, the default with a plan
+    cache, times engines on this machine; tests/pipeline/test_measured.py tests it)."""
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "cost")
+    monkeypatch.delenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", raising=False)
+
+
+@pytest.fixture
+def shipped_defaults(monkeypatch):
+    """No engine rule and no minimum subgraph size set: what a user gets (the measured rule, with the plan cache)."""
     monkeypatch.delenv("MXNET_TENSORRT_ENGINE_RULE", raising=False)
     monkeypatch.delenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", raising=False)

@@ -237,6 +237,7 @@ class EngineProvider:
         self.reuses = 0
         self.stored = 0
         self._cache_checked = False
+        self._recent: List[Tuple[SubgraphJob, Tuple[str, str]]] = []
         _sweep_orphans_once()
 
     def _usable_cache(self) -> Any:
@@ -260,7 +261,15 @@ class EngineProvider:
     def _keys(self, job: SubgraphJob) -> Tuple[str, str]:
         """(pool key, plan-cache key). The pool key leaves out the bound batch and the
         profiles, so an engine whose profile covers a new bind is found; the plan-cache
-        key is exact."""
+        key is exact. The last few jobs' keys are remembered (the measured rule asks twice)."""
+        for seen, keys in self._recent:
+            if seen is job:
+                return keys
+        keys = self._make_keys(job)
+        self._recent = [(job, keys), *self._recent[:3]]
+        return keys
+
+    def _make_keys(self, job: SubgraphJob) -> Tuple[str, str]:
         parts: Dict[str, Any] = {
             "format": KEY_FORMAT,
             "converters": converter_fingerprint(),

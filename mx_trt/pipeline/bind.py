@@ -242,8 +242,13 @@ def optimize(request: BindRequest) -> BindInfo:
         info.builds, info.loads, info.reuses = rule.counts()
         timings["measure"] = rule.measurer.spent_s
     inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
-    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s",
-                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0)
+    measured = ""
+    if rule is not None:
+        native = sum(1 for d in decisions.values() if d.engine is None)
+        measured = (f"; measured rule: {native} of {len(decisions)} subgraph(s) kept native, "
+                    f"{rule.measurer.timed} timed in {rule.measurer.spent_s:.2f} s")
+    logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s%s",
+                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0, measured)
     return info
 
 
@@ -333,11 +338,20 @@ def _engine_cache(settings: Settings) -> Any:
 
 
 def _resolve_rule(request: BindRequest, cache: Any) -> BindRequest:
-    """``request`` with the cost rule instead of the measured one when there is no plan cache to keep decisions."""
-    if request.settings.engine_rule != "measured" or cache is not None:
+    """``request`` with the cost rule instead of the measured one when that cannot run.
+
+    The measured rule needs the plan cache (to keep its decisions) and MXNet's
+    own bind (to time the subgraphs natively: ``request.native_bind``).
+    """
+    if request.settings.engine_rule != "measured":
         return request
-    logger.info("engine rule: measured needs the plan cache to keep its decisions, and it is disabled: the cost "
-                "rule decides instead")
+    if cache is None:
+        why = "the plan cache to keep its decisions, and it is disabled"
+    elif request.native_bind is None:
+        why = "MXNet's own bind to time subgraphs natively, and this front-end does not hand it over"
+    else:
+        return request
+    logger.info("engine rule: measured needs %s: the cost rule decides instead", why)
     return dataclasses.replace(request, settings=dataclasses.replace(request.settings, engine_rule="cost"))
 
 

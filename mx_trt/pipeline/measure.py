@@ -1,10 +1,12 @@
 """The measured engine rule: each engine is timed against MXNet running the same subgraph, and kept only when faster.
 
-For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
+For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``), among those
+the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
 
 1. Its decision is looked up in the plan cache, under a key over the plan-cache
    keys of every candidate engine (subgraph, bound shapes, weights, precision,
-   backend and its version, device) and the CPUs the process may use. A decision
+   backend and its version, device), the CPUs the process may use and the thread
+   counts it was given (``OMP_NUM_THREADS``, ``MXNET_TENSORRT_ORT_THREADS``). A decision
    found there is applied without timing anything: MXNet, or the chosen engine
    (from the pool, the plan cache, or built).
 2. Otherwise every candidate engine is built (each backend of
@@ -13,7 +15,8 @@ For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``):
    MXNet executor. The subgraph's own MXNet symbol is bound natively with the
    same weights, on the same input shapes (random inputs). After warm-up runs the
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
-   :data:`SUBGRAPH_SECONDS`; the medians decide (:func:`mx_trt.passes.cost.choose_measured`).
+   :data:`SUBGRAPH_SECONDS`; the median over rounds of each engine's time over
+   MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
 3. The decision and every timing are stored as a small plan-cache entry; the
    entries of engines not chosen are removed.
 
@@ -44,17 +47,18 @@ from mx_trt.passes.cost import Timed, choose_measured, graph_macs, worth_an_engi
 from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.partition import Subgraph
 from mx_trt.runtime.fused_op import OP_TYPE, register_engine
+from mx_trt.settings import thread_settings
 
 logger = logging.getLogger(__name__)
 
 #: Untimed runs of each executor first.
-WARMUP = 2
+WARMUP = 1
 #: Timed runs of each executor: at least, and at most.
-MIN_RUNS, MAX_RUNS = 3, 25
+MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
-SUBGRAPH_SECONDS = 1.0
-#: Seconds of a bind spent measuring (binds and runs), after which the cost rule decides.
-BIND_SECONDS = 30.0
+SUBGRAPH_SECONDS = 0.2
+#: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides.
+BIND_SECONDS = 10.0
 #: Version of the stored decisions.
 DECISION_FORMAT = 1
 
@@ -74,7 +78,7 @@ class Decision:
         how: ``measured``, or ``cost`` (the estimate decided: budget spent, or not measurable).
         text: The decision in words, as logged.
         stored: Read from the plan cache (nothing timed at this bind).
-        seconds: Time spent measuring it at this bind.
+        seconds: Time spent measuring it at this bind (binding its executors and running them; builds excluded).
     """
 
     subgraph: str
@@ -181,38 +185,56 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
     return run
 
 
-def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
-              max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-              clock: Callable[[], float] = time.perf_counter) -> List[float]:
-    """Median milliseconds of each of ``fns``, run alternately after ``warmup`` untimed runs each.
+def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
+                   max_runs: int = MAX_RUNS, warmup: int = WARMUP,
+                   clock: Callable[[], float] = time.perf_counter) -> List[List[float]]:
+    """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
-    ``min_runs`` are done; so drift (another process) hits every function alike.
+    ``min_runs`` are done. Each round runs every function once, in an order that
+    rotates (MXNet's OpenMP threads spin a while after a forward and slow what
+    runs next), so drift (another process) hits every function alike.
     """
     for fn in fns:
         for _ in range(warmup):
             fn()
     times: List[List[float]] = [[] for _ in fns]
     start = clock()
+    idx = list(range(len(fns)))
     for r in range(max_runs):
         if r >= min_runs and clock() - start >= seconds:
             break
-        for i, fn in enumerate(fns):
+        for i in idx[r % len(idx):] + idx[:r % len(idx)]:
             t = clock()
-            fn()
+            fns[i]()
             times[i].append((clock() - t) * 1e3)
-    return [statistics.median(t) for t in times]
+    return times
 
 
-#: ``(native forward, [engine forward per candidate]) -> (native ms, [ms per candidate])``: how a
-#: subgraph is timed (tests replace it with a deterministic timer).
-Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float]]]
+def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
+              max_runs: int = MAX_RUNS, warmup: int = WARMUP,
+              clock: Callable[[], float] = time.perf_counter) -> List[float]:
+    """Median milliseconds of each of ``fns`` (:func:`alternate_runs`)."""
+    return [statistics.median(t) for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock)]
 
 
-def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]], seconds: float) -> Tuple[float, List[float]]:
-    """:func:`alternate` over MXNet and the engines."""
-    med = alternate([native, *engines], seconds)
-    return med[0], med[1:]
+#: ``(native forward, [engine forward per candidate], seconds) -> (native ms, [ms per candidate],
+#: [engine/native ratio per candidate])``: how a subgraph is timed (tests replace it with a
+#: deterministic timer). Latencies are medians; each ratio is the median over rounds of the
+#: engine's time over MXNet's in the same round.
+Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float], List[float]]]
+
+
+def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]],
+                  seconds: float) -> Tuple[float, List[float], List[float]]:
+    """:func:`alternate_runs` over MXNet and the engines: medians, and the medians of the per-round ratios.
+
+    A ratio of two runs made side by side in one round is what transient load on
+    the machine disturbs least: it decides, the medians are reported.
+    """
+    runs = alternate_runs([native, *engines], seconds)
+    ratios = [statistics.median(e / n for e, n in zip(eng, runs[0]) if n > 0) for eng in runs[1:]]
+    return statistics.median(runs[0]), [statistics.median(t) for t in runs[1:]], ratios
 
 
 class Measurer:
@@ -242,8 +264,9 @@ class Measurer:
 
     def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob]) -> str:
         keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
+        # MXNet's and the engines' thread counts change what is faster: a decision holds for them only.
         return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
-                         "cpus": engine_threads()})
+                         "cpus": engine_threads(), "threads": thread_settings()})
 
     def _stored(self, key: str, name: str) -> Optional[Decision]:
         if self.cache is None:
@@ -293,7 +316,6 @@ class Measurer:
             if job is not None:
                 eng, source = self.providers[stored.engine[0]].get(job)
                 return stored, (eng, source, stored.engine)
-        t0 = time.perf_counter()
         built: List[Tuple[Candidate, Engine, str]] = []
         errors: List[str] = []
         for cand, job in jobs.items():
@@ -306,6 +328,7 @@ class Measurer:
             built.append((cand, eng, source))
         if not built:
             raise MxTrtError("; ".join(errors))
+        t0 = time.perf_counter()  # what the rule adds: the builds above happen under every rule
         if self.spent_s >= self.budget_s:
             decision = self._cost_rule(sg, f"measuring budget of {self.budget_s:.0f} s spent", built[0][0])
         else:
@@ -337,12 +360,12 @@ class Measurer:
                 run.fused = fused  # type: ignore[attr-defined]  # the registry holds it weakly
                 runs.append(run)
             seconds = min(SUBGRAPH_SECONDS, max(0.0, self.budget_s - self.spent_s))
-            native_ms, engine_ms = self.timer(native, runs, seconds)
+            native_ms, engine_ms, ratios = self.timer(native, runs, seconds)
         except Exception as exc:  # MXNet cannot bind or run the subgraph alone: estimate instead
             logger.info("%s: not measured (%s: %s)", sg.name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
             return self._cost_rule(sg, "not measurable alone", built[0][0])
         self.timed += 1
-        timed = [Timed(c[0], c[1], ms) for (c, _, _), ms in zip(built, engine_ms)]
+        timed = [Timed(c[0], c[1], ms, ratio) for (c, _, _), ms, ratio in zip(built, engine_ms, ratios)]
         best, text = choose_measured(native_ms, timed)
         decision = Decision(sg.name, (best.backend, best.precision) if best else None, native_ms,
                             {t.label: t.ms for t in timed}, "measured", text)

@@ -7,7 +7,8 @@ Stages, in order (each names its module)::
     support              per op: exclude list, backend's tensor types, converter validator,
                          backend's own limits -> reason it stays native (export.converters)
     partition            maximal cycle-free subgraphs (mx_trt.passes.partition)
-    keep_worthwhile      subgraphs too small to pay for an engine stay native (mx_trt.passes.cost)
+    keep_worthwhile      subgraphs too small to pay for an engine stay native (mx_trt.passes.cost;
+                         the cost and measured rules)
     check_acyclic        independent validator (mx_trt.passes.validate)
 """
 from __future__ import annotations
@@ -135,7 +136,9 @@ def analyze(request: BindRequest) -> Plan:
                        ", ".join(unset), "has" if len(unset) == 1 else "have")
     reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
     part = partition(graph, reasons, settings.min_subgraph_size)
-    if settings.engine_rule == "cost":
+    if settings.engine_rule in ("cost", "measured"):
+        # The measured rule times only the subgraphs the estimate does not already rule out: those
+        # save less than an engine's hop costs, so no engine can win there, and timing them is not free.
         part = keep_worthwhile(graph, part)
     check_acyclic(graph, [s.nodes for s in part.subgraphs])
     return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)

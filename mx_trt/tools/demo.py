@@ -6,7 +6,9 @@ Builds the model from MXNet's model zoo with seeded random weights (no download)
 saves a checkpoint, loads it back as a user would, binds it with
 ``MXNET_USE_TENSORRT`` off and on in one process, and prints the subgraphs, the
 operator coverage, the operators left native with their reasons, the largest
-absolute difference of the outputs, and the median latency of both.
+absolute difference of the outputs, and the median latency of both, with
+native MXNet also timed at ``OMP_NUM_THREADS`` = the CPUs the process may use
+(in a second process, in the same alternating rounds).
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from mx_trt.frontends.contrib import bind_info
+from mx_trt.build.cpus import engine_threads
 from mx_trt.build.engines import clear_pool
+from mx_trt.settings import env_int
 from mx_trt.tools.cli.timing import forward_fn, measure
+from mx_trt.tools.native_process import NativeProcess
 
 
 def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:
@@ -102,7 +107,10 @@ def main(argv: List[str] | None = None) -> int:
     inside, total = plan.op_counts()
     print(f"subgraphs: {len(info.engines)}")
     for sg in plan.partition.subgraphs:
+        decision = info.decisions.get(sg.name)
         state = "engine" if sg.name not in info.native_failures else f"native ({info.native_failures[sg.name]})"
+        if decision is not None and decision.engine is not None:
+            state += f" ({decision.text})"
         print(f"  {sg.name}: {len(sg.nodes)} ops -> {state}")
     print(f"op coverage: {inside}/{total} operators inside engines ({100.0 * inside / max(total, 1):.1f}%)")
     native = plan.partition.native
@@ -129,10 +137,43 @@ def main(argv: List[str] | None = None) -> int:
     print(f"bind: native {results['native'][1]:.2f} s, mx_trt {results['mx_trt'][1]:.2f} s "
           f"({info.builds} built, {info.loads} loaded), mx_trt again {warm_s:.2f} s ({cached})")
     del again
-    lat = {k: statistics.median(measure(forward_fn(e), args.runs, 3)) for k, e in executors.items()}
-    print(f"median latency over {args.runs} runs: native {lat['native']:.1f} ms, mx_trt {lat['mx_trt']:.1f} ms "
+    lat = _latencies(executors, sym, merge_dicts(arg_params, aux_params), shape, x, args.runs)
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    print(f"median latency over {args.runs} runs, in alternating rounds (the machine may be shared: ratios count):")
+    print(f"  native, MXNet's own threads (OMP_NUM_THREADS={threads}): {lat['native']:.1f} ms "
           f"(native/mx_trt = {lat['native'] / lat['mx_trt']:.2f}x)")
+    eq = lat.get("native_equal")
+    if eq is not None:
+        print(f"  native, OMP_NUM_THREADS={lat['threads']:.0f} (the CPUs this process may use, another process): "
+              f"{eq:.1f} ms (native/mx_trt = {eq / lat['mx_trt']:.2f}x)")
+    print(f"  mx_trt: {lat['mx_trt']:.1f} ms")
     return 0
+
+
+def _latencies(executors: Dict[str, Any], sym: Any, params: Dict[str, Any], shape: Tuple[int, ...], x: np.ndarray,
+               runs: int, rounds: int = 5) -> Dict[str, float]:
+    """Median ms of each executor and of native MXNet at the engines' thread count, in alternating rounds."""
+    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    times: Dict[str, List[float]] = {k: [] for k in executors}
+    worker = None
+    try:
+        worker = NativeProcess(sym, params, {"data": shape}, {"data": x}, threads=threads)
+        times["native_equal"] = []
+    except (RuntimeError, OSError) as exc:
+        logging.getLogger(__name__).warning("native MXNet at %d threads not measured: %s", threads, exc)
+    try:
+        per = max(1, runs // rounds)
+        for r in range(rounds):
+            for k, e in executors.items():
+                times[k] += measure(forward_fn(e), per, 3 if r == 0 else 1)
+            if worker is not None:
+                times["native_equal"] += worker.run(per, 3 if r == 0 else 1)
+    finally:
+        if worker is not None:
+            worker.close()
+    out = {k: statistics.median(v) for k, v in times.items()}
+    out["threads"] = float(threads)
+    return out
 
 
 if __name__ == "__main__":

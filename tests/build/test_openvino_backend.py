@@ -362,7 +362,8 @@ class StubTimer:
         native()
         for run in engines:
             run()
-        return self.native_ms, self.engine_ms[:len(engines)]
+        ms = self.engine_ms[:len(engines)]
+        return self.native_ms, ms, [m / self.native_ms for m in ms]  # medians, and per-round ratios
 
 
 def _measured_bind(monkeypatch, tmp_path, timer, sym=None, shapes=None):
@@ -373,8 +374,8 @@ def _measured_bind(monkeypatch, tmp_path, timer, sym=None, shapes=None):
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(measure, "default_timer", timer)
-    if sym is None:
-        sym, shapes = conv_bn(), {"data": (2, 3, 16, 16)}
+    if sym is None:  # large enough for the estimate to leave it to the timing
+        sym, shapes = conv_bn(), {"data": (2, 3, 64, 64)}
     args, aux = random_params(sym, shapes, 0)
     x = _data(shapes["data"])
     exe, got = _bind(sym, shapes, args, aux, x)
@@ -425,11 +426,11 @@ def test_without_the_measured_rule_onnxruntime_stays_the_default(monkeypatch):
 def test_measured_rule_leaves_out_openvino_for_int64_tensors(monkeypatch, tmp_path):
     # ONNX Runtime holds int64; OpenVINO's CPU plugin would compute it in int32: not a candidate.
     x = mx.sym.var("data")
-    h = mx.sym.FullyConnected(x, num_hidden=32, name="fc1")
+    h = mx.sym.FullyConnected(x, num_hidden=256, name="fc1")  # large enough for the estimate to leave it to timing
     r = mx.sym.Cast(mx.sym.Cast(h, dtype="int64", name="to_i64") + 1, dtype="float32", name="to_f32")
-    sym = mx.sym.FullyConnected(r, num_hidden=8, name="fc2")
+    sym = mx.sym.FullyConnected(r, num_hidden=256, name="fc2")
     timer = StubTimer(10.0, [5.0, 3.0])
-    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (2, 16)})
+    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (64, 256)})
     decisions = list(info.decisions.values())
     assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions
     assert not any(isinstance(e.engine, ov_backend.OpenVinoEngine) for e in info.engines)
@@ -514,10 +515,10 @@ def test_operators_whose_indices_depend_on_tie_order_stay_native(monkeypatch):
 def test_measured_rule_leaves_out_openvino_where_it_refuses_an_operator(monkeypatch, tmp_path):
     timer = StubTimer(10.0, [5.0, 3.0])
     x = mx.sym.var("data")
-    h = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=32, name="fc"), name="r")
-    sym = mx.sym.FullyConnected(mx.sym.one_hot(mx.sym.argmax(h, axis=1, name="am"), depth=32, name="oh") + h,
-                                num_hidden=8, name="fc2")
-    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (4, 16)})
+    h = mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=256, name="fc"), name="r")
+    sym = mx.sym.FullyConnected(mx.sym.one_hot(mx.sym.argmax(h, axis=1, name="am"), depth=256, name="oh") + h,
+                                num_hidden=256, name="fc2")
+    info = _measured_bind(monkeypatch, tmp_path, timer, sym, {"data": (64, 256)})
     decisions = list(info.decisions.values())
     assert decisions and all(set(d.engine_ms) <= {"onnxruntime fp32"} for d in decisions), decisions
 

@@ -18,17 +18,19 @@ from mx_trt.pipeline import measure
 from tests.bindcheck import ATOL, RTOL, bind, conv_relu
 from tests.mxcheck import random_inputs, random_params
 
-SHAPES = {"data": (2, 3, 16, 16)}
+SHAPES = {"data": (2, 3, 32, 32)}
 
 
 def _net():
-    x = conv_relu(mx.sym.var("data"), "a", 8)
-    x = conv_relu(x, "b", 8)
+    # large enough for the cost estimate to let the measured rule time it (about 20M multiply-adds)
+    x = conv_relu(mx.sym.var("data"), "a", 32)
+    x = conv_relu(x, "b", 32)
     return mx.sym.FullyConnected(mx.sym.flatten(x, name="flat"), num_hidden=10, name="fc")
 
 
 class StubTimer:
-    """Runs each executor once (so both really run), then reports fixed medians: MXNet's and one per candidate."""
+    """Runs each executor once (so both really run), then reports fixed medians (MXNet's and one per candidate)
+    and, as per-round ratios, the ratios of those medians."""
 
     def __init__(self, native_ms, engine_ms):
         self.native_ms, self.engine_ms, self.calls = native_ms, list(engine_ms), 0
@@ -39,7 +41,7 @@ class StubTimer:
         for run in engines:
             run()
         assert len(engines) == len(self.engine_ms)
-        return self.native_ms, list(self.engine_ms)
+        return self.native_ms, list(self.engine_ms), [ms / self.native_ms for ms in self.engine_ms]
 
 
 @pytest.fixture
@@ -150,7 +152,7 @@ def test_no_plan_cache_falls_back_to_the_cost_rule(monkeypatch, measured, caplog
     assert "the cost rule decides instead" in caplog.text
 
 
-def test_measured_is_the_default(monkeypatch, default_engine_rule):
+def test_measured_is_the_default(monkeypatch, shipped_defaults):
     from mx_trt.settings import Settings
 
     assert Settings.from_env().engine_rule == "measured"
@@ -169,7 +171,7 @@ def test_budget_spent_leaves_the_cost_rule_to_decide(monkeypatch, measured):
     assert decision.how == "cost" and "budget" in decision.text and not decision.stored
 
 
-def test_real_timing_on_a_small_model(monkeypatch, default_engine_rule):
+def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
     """The shipped defaults on a small CNN: a decision with both timings, stored; the warm bind times nothing."""
     sym = _net()
     args, aux = random_params(sym, SHAPES)
@@ -197,3 +199,115 @@ def test_real_timing_on_a_small_model(monkeypatch, default_engine_rule):
     warm = mx_trt.bind_info(exe2)
     assert all(d.stored for d in warm.decisions.values())
     assert warm.timings["measure"] == 0
+
+
+def test_subgraph_graph_cuts_the_subgraph_out():
+    from mx_trt.passes.ir import Entry, Graph, Node
+
+    #   data -> conv(w) -> relu -> fc(w2) -> out ; only conv and relu form the subgraph
+    g = Graph(nodes=[Node(0, "data", "null"), Node(1, "w", "null"), Node(2, "conv", "Convolution", {"kernel": "(1, 1)"},
+                                                                     (Entry(0), Entry(1))),
+                     Node(3, "relu", "relu", {}, (Entry(2),)), Node(4, "w2", "null"),
+                     Node(5, "fc", "FullyConnected", {}, (Entry(3), Entry(4)))],
+              heads=[Entry(5)], shapes={Entry(0): (1, 3), Entry(1): (4, 3), Entry(2): (1, 4), Entry(3): (1, 4)},
+              dtypes={Entry(0): "float32"})
+    sub = measure.subgraph_graph(g, [2, 3], [Entry(0)], [Entry(3)])
+    assert [(n.name, n.op) for n in sub.nodes] == [("data", "null"), ("w", "null"), ("conv", "Convolution"),
+                                                  ("relu", "relu")]
+    assert sub.nodes[2].inputs == (Entry(0), Entry(1)) and sub.nodes[3].inputs == (Entry(2),)
+    assert sub.heads == [Entry(3)]
+    assert sub.shapes[Entry(1)] == (4, 3) and sub.shapes[Entry(3)] == (1, 4)
+    sub.validate()
+
+
+def test_alternate_runs_in_rounds_within_the_budget():
+    calls = []
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def fn(name, ms):
+        def run():
+            calls.append(name)
+            now[0] += ms / 1e3
+        return run
+
+    med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock)
+    assert med == pytest.approx([10.0, 30.0])
+    # one warm-up each, then a and b alternate, in turn first, until 0.2 s have passed (5 rounds of 40 ms)
+    assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
+    calls.clear()
+    measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
+    assert calls == ["a"] * 3  # at least min_runs, whatever the budget
+
+
+def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
+    """Bursts of load slow both runs of a round: the medians of each side cross, the per-round ratios do not."""
+    # rounds 2, 4 and 5 ran under load; the engine is 0.8x MXNet in every round
+    native = [4.0, 40.0, 4.0, 40.0, 40.0]
+    engine = [3.2, 32.0, 3.2, 32.0, 32.0]
+    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds: [native, engine])
+    native_ms, engine_ms, ratios = measure.default_timer(lambda: None, [lambda: None], 1.0)
+    assert native_ms == 40.0 and engine_ms == [32.0] and ratios == [pytest.approx(0.8)]
+    # medians of other rounds would say "slower" (native 4.0 from round 1 against the engine's 32.0); ratios do not
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 32.0, 0.8)])
+    assert best is not None and "1.25x faster" in why
+
+
+def test_subgraphs_the_estimate_rules_out_are_not_timed(monkeypatch, measured):
+    def no_timing(*a):
+        raise AssertionError("the estimate ruled this subgraph out: nothing to time")
+
+    monkeypatch.setattr(measure, "default_timer", no_timing)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    x = mx.sym.var("data")
+    sym = mx.sym.tanh(mx.sym.relu(x * 0.5 + 0.1, name="r"), name="t")  # four cheap ops on 1x8
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={}, data=(1, 8))
+    info = mx_trt.bind_info(exe)
+    assert info.decisions == {} and info.engines == []
+    assert all("less than the 50 us" in why for why in info.plan.partition.native.values())
+
+
+def test_measured_rule_needs_a_cache_and_a_native_bind(caplog):
+    from mx_trt.pipeline.bind import _resolve_rule
+    from mx_trt.pipeline.request import BindRequest
+    from mx_trt.settings import Settings
+
+    def req(**kw):
+        return BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="measured"), backend=None,
+                           **kw)
+
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=object()).settings.engine_rule == "measured"
+        assert _resolve_rule(req(native_bind=lambda *a, **k: None), cache=None).settings.engine_rule == "cost"
+        assert _resolve_rule(req(), cache=object()).settings.engine_rule == "cost"
+    assert "does not hand it over" in caplog.text and "it is disabled" in caplog.text
+    always = BindRequest(symbol=None, shapes={}, params={}, settings=Settings(engine_rule="always"), backend=None)
+    assert _resolve_rule(always, cache=None) is always
+
+
+def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
+    """A second CPU backend (here ONNX Runtime again under another name) is a candidate beside the default."""
+    from mx_trt.build import backends
+    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+
+    class Other(OnnxRuntimeBackend):
+        name = "other_cpu"
+
+        def version(self) -> str:
+            return "other-" + super().version()
+
+    monkeypatch.setitem(backends.BACKENDS, "other_cpu", Other)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "other_cpu"])
+    assert [b.name for b in backends.candidate_backends("cpu")] == ["onnxruntime", "other_cpu"]
+    assert [b.name for b in backends.candidate_backends("cpu", "onnxruntime")] == ["onnxruntime"]
+    info = _run(monkeypatch, StubTimer(3.0, [2.0, 1.0]))  # candidates in order of preference
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("other_cpu", "fp32")
+    assert decision.engine_ms == {"onnxruntime fp32": 2.0, "other_cpu fp32": 1.0}
+    assert info.builds == 2
+    # executor.reshape rebuilds with the backend that won
+    assert info.engines[0].rebuild.provider.backend.name == "other_cpu"

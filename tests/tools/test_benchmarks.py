@@ -41,7 +41,7 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
                            "--out", str(out_dir)], cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out_dir / "results.json").read_text())
-    for section in ("partition", "bind", "memory", "fused_node", "end_to_end", "int8"):
+    for section in ("partition", "bind", "memory", "fused_node", "end_to_end", "busy", "int8"):
         assert res.get(section), f"section {section} is empty"
     acc = {r["variant"]: r for r in res["int8"]["accuracy"]["rows"]}
     assert acc["fp32 engine"]["top1"] == acc["native MXNet fp32"]["top1"] >= 0.95
@@ -50,7 +50,12 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
         assert set(row["median_ms"]) == {"native fp32", "fp32 engine", "int8 engine", "MXNet INT8"}
         assert row["cosine_to_native"]["int8 engine"] > 0.98
     legs = res["bind"]["legs"]
-    assert legs["pass, warm cache"]["loads"] >= 1 and legs["pass, warm cache"]["builds"] == 0
+    assert legs["pass, cold cache, cost rule"]["builds"] >= 1
+    # The warm bind builds and times nothing: it loads the engines the measured rule kept (it may keep none).
+    warm = legs["pass, warm cache"]
+    assert warm["builds"] == 0 and warm["loads"] == warm["engines"] and warm["timings"]["measure"] == 0
+    for row in res["busy"]:
+        assert row["condition"] in ("quiet", "one core busy") and row["native_equal_threads"]["median_ms"] > 0
     for row in res["memory"]:
         assert row["accelerated"] == (row["label"] != "native")
         assert row["peak_mb"] >= row["base_mb"] > 0
@@ -71,3 +76,30 @@ def test_serve_section_quick(tmp_path):
     assert res["in_process"]["engines"] >= 1 and res["in_process"]["best_throughput"] > 0
     assert res["ratios"]["p50_c1/in_process_batch1"] > 0 and res["ratios"]["throughput_c16/best_in_process"] > 0
     assert "p50 at c=1 / in-process batch 1" in proc.stdout
+
+
+def test_busy_helper_stops_by_itself(tmp_path):
+    """The busy section's helper ends at its deadline, and when the runner that started it dies."""
+    import time
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from busy import BusyCore
+    finally:
+        sys.path.pop(0)
+    helper = BusyCore(seconds=0.5).start()
+    assert helper.proc is not None and helper.proc.wait(10) == 0  # the deadline
+    code = (f"import os, sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r}); from busy import BusyCore; "
+            "h = BusyCore(seconds=120).start(); print(h.proc.pid, flush=True); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the helper outlived the runner that started it")

@@ -172,9 +172,13 @@ def test_bench_whole_model_table(models, capsys):
     code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "2", "--warmup", "1")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[1].split()[:4] == ["batch", "native", "ms", "p90"]
-    cells = lines[3].split()
-    assert cells[0] == "1" and len(cells) == 12 and all(c != "-" for c in cells)
+    assert lines[1].startswith("native: MXNet's own threads") and "OMP_NUM_THREADS=" in lines[1]
+    head = lines[2].split()
+    assert head[:4] == ["batch", "native", "ms", "p90"] and head[5] == "native" and head[6].endswith("t")
+    cells = lines[4].split()
+    # batch, three cells for each of native, native at equal threads, accelerated, whole model, three ratios
+    assert cells[0] == "1" and len(cells) == 16 and all(c != "-" for c in cells)
+    assert float(cells[-2]) > 0  # native at equal threads / accelerated
 
 
 def test_progress_bar_on_a_terminal():
@@ -277,6 +281,30 @@ def test_build_fills_the_plan_cache(models, capsys, tmp_path):
     code, out, err = run(capsys, "build", models["net"], *SHAPE, "--batch", "2", "--cache-dir", cache)
     assert code == 0, err
     assert "batch 2: 2 engine(s): 0 built and stored, 2 already in the cache" in out
+
+
+def test_build_and_partition_show_the_measured_decisions(models, capsys, tmp_path, monkeypatch):
+    from mx_trt.pipeline import measure, plan
+
+    # The model's tiny subgraphs go to the timer although the estimate would rule them out.
+    monkeypatch.setattr(plan, "keep_worthwhile", lambda graph, part: part)
+    # A deterministic timer: MXNet 2 ms, the engine 1 ms (the rule itself: tests/pipeline/test_measured.py).
+    monkeypatch.setattr(measure, "default_timer", lambda native, engines, s: (2.0, [1.0] * len(engines), [0.5] * len(engines)))
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    cache = tmp_path / "plans"
+    code, out, err = run(capsys, "build", models["net"], *SHAPE, "--cache-dir", cache)
+    assert code == 0, err
+    assert out.count("engine kept (onnxruntime fp32): 2.00x faster, measured 1.00 vs 2.00 ms") == 2, out
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(cache))
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--build", "--json")
+    assert code == 0, err
+    decisions = json.loads(out)["decisions"]
+    assert len(decisions) == 2
+    for d in decisions.values():
+        assert d["stored"] and d["engine"] == ["onnxruntime", "fp32"] and d["native_ms"] == 2.0
+        assert d["engine_ms"] == {"onnxruntime fp32": 1.0}
+    code, out, err = run(capsys, "partition", models["net"], *SHAPE, "--build")
+    assert "engine rule: measured" in out and out.count("(stored decision)") == 2
 
 
 def test_build_needs_a_cache(models, capsys, monkeypatch):

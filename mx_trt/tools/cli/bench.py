@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,11 @@ from mx_trt.tools.cli.options import (
     with_batch,
 )
 from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
+from mx_trt.build.cpus import engine_threads
+from mx_trt.settings import env_int
+from mx_trt.tools.native_process import NativeProcess
+
+logger = logging.getLogger(__name__)
 
 #: Timed runs are split into this many rounds, variants alternating, so that drift
 #: (another process, thermal state) hits all of them alike.
@@ -40,6 +47,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int_in(0, INT32_MAX), default=3, help="untimed runs first (default 3)")
     p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0 to 2**32 - 1)")
     p.add_argument("--no-whole", action="store_true", help="skip the whole-model engine")
+    p.add_argument("--no-equal-threads", action="store_true",
+                   help="skip native MXNet with OMP_NUM_THREADS set to the CPUs this process may use "
+                        "(timed in a second process, interleaved with the others)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -58,6 +68,10 @@ class BenchRow:
     ops_in_engines: int
     ops_total: int
     bind_s: Dict[str, float] = field(default_factory=dict)
+    #: Native MXNet with ``OMP_NUM_THREADS`` = :attr:`threads` (another process), or ``None``.
+    native_threads: Optional[Dict[str, float]] = None
+    threads: int = 0
+    native_threads_note: str = ""
 
     def ratios(self) -> Dict[str, Optional[float]]:
         acc = self.accelerated["median_ms"]
@@ -65,6 +79,8 @@ class BenchRow:
         best = self.whole_model["min_ms"] if self.whole_model else None
         return {
             "native/accelerated": self.native["median_ms"] / acc if acc else None,
+            "native_equal_threads/accelerated": (self.native_threads["median_ms"] / acc
+                                                 if acc and self.native_threads else None),
             "accelerated/whole_model": acc / whole if whole else None,
             # Fastest runs: the least disturbed by other processes on the machine.
             "accelerated/whole_model_best": self.accelerated["min_ms"] / best if best else None,
@@ -76,7 +92,8 @@ class BenchRow:
             "native": self.native, "accelerated": self.accelerated, "whole_model": self.whole_model,
             "whole_model_note": self.whole_model_note, "engines": self.engines,
             "ops_in_engines": self.ops_in_engines, "ops_total": self.ops_total, "bind_s": self.bind_s,
-            "ratios": self.ratios(),
+            "native_equal_threads": self.native_threads, "threads": self.threads,
+            "native_equal_threads_note": self.native_threads_note, "ratios": self.ratios(),
         }
 
 
@@ -85,14 +102,32 @@ def bench_steps(runs: int, warmup: int) -> int:
     return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
 
 
+def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mapping[str, Any],
+                   ctx: Any) -> Tuple[Optional[NativeProcess], str]:
+    """Native MXNet with OMP_NUM_THREADS = the usable CPUs, in a worker process, or ``None`` and why not."""
+    if ctx.device_type != "cpu":
+        return None, "CPU contexts only"
+    # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
+    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    try:
+        return NativeProcess(ckpt.symbol, ckpt.params, bshapes, feeds, threads=threads), ""
+    except (RuntimeError, OSError) as exc:
+        logger.warning("native MXNet at equal threads not measured: %s", exc)
+        return None, str(exc)
+
+
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
-              runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True) -> BenchRow:
+              runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True,
+              equal_threads: bool = True) -> BenchRow:
     """Native, accelerated and whole-model latencies at one batch size, in this process.
 
     All executors are bound first; then ``runs`` timed runs per variant are
-    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants,
-    each round starting with one untimed run (``warmup`` untimed runs before
-    the first).
+    taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants in a
+    rotating order, each round starting with one untimed run (``warmup`` untimed runs before
+    the first). With ``equal_threads``, native MXNet with ``OMP_NUM_THREADS``
+    set to the CPUs this process may use runs in a worker process
+    (:class:`~mx_trt.tools.native_process.NativeProcess`) in the same rounds:
+    MXNet's thread count is fixed when it is imported.
     """
     bshapes = with_batch(shapes, batch)
     feeds = random_inputs(bshapes, seed)
@@ -117,18 +152,33 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         progress.advance(bench_steps(runs, warmup))
         note = ("not measured" if not whole else "measured on CPU contexts only" if ctx.device_type != "cpu"
                 else f"not one engine: {whole_model_note(info)}")
+    worker, worker_note = _equal_threads(ckpt, bshapes, feeds, ctx) if equal_threads else (None, "not measured")
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in variants}
-    for r in range(rounds):
-        n = runs // rounds + (1 if r < runs % rounds else 0)
-        for name, fn in variants.items():
-            progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
-            times[name] += measure(fn, n, warmup if r == 0 else 1, progress.advance)
+    threads_ms: List[float] = []
+    try:
+        order = [*variants, *(["equal threads"] if worker is not None else [])]
+        for r in range(rounds):
+            n = runs // rounds + (1 if r < runs % rounds else 0)
+            # The order rotates: MXNet's OpenMP threads spin for a while after its forwards and
+            # slow whatever runs next, so no variant always follows the same one.
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                if name == "equal threads" and worker is not None:
+                    progress.phase(f"batch {batch}: native, {worker.threads} threads, round {r + 1}/{rounds}")
+                    threads_ms += worker.run(n, warmup if r == 0 else 1)
+                    continue
+                progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
+                times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance)
+    finally:
+        if worker is not None:
+            worker.close()
     whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
     inside, total = info.plan.op_counts()
     row = BenchRow(batch, bshapes, latency_stats(times["native"], batch), latency_stats(times["accelerated"], batch),
                    whole_stats, note, len(info.engines), inside, total,
-                   {"native": bind_native_s, "accelerated": bind_acc_s})
+                   {"native": bind_native_s, "accelerated": bind_acc_s},
+                   latency_stats(threads_ms, batch) if threads_ms else None,
+                   worker.threads if worker is not None else 0, worker_note)
     del exe, info, engine, native, variants
     return row
 
@@ -139,18 +189,21 @@ def _fmt_ratio(x: Optional[float]) -> str:
 
 def bench_table(rows: Sequence[BenchRow]) -> str:
     """The side-by-side table ``mxtrt bench`` prints."""
-    head = ("batch", "native ms", "p90", "/s", "accel ms", "p90", "/s", "whole ms", "p90", "/s",
-            "native/accel", "accel/whole")
+    threads = max((r.threads for r in rows), default=0)
+    eq = f"native {threads}t" if threads else "native eq."
+    head = ("batch", "native ms", "p90", "/s", f"{eq} ms", "p90", "/s", "accel ms", "p90", "/s", "whole ms", "p90", "/s",
+            "native/accel", f"{eq}/accel", "accel/whole")
     table: List[Tuple[str, ...]] = [head]
     for r in rows:
         cells = [str(r.batch)]
-        for st in (r.native, r.accelerated, r.whole_model):
+        for st in (r.native, r.native_threads, r.accelerated, r.whole_model):
             if st is None:
                 cells += ["-", "-", "-"]
             else:
                 cells += [f"{st['median_ms']:.2f}", f"{st['p90_ms']:.2f}", f"{st['throughput']:.1f}"]
         ratios = r.ratios()
-        cells += [_fmt_ratio(ratios["native/accelerated"]), _fmt_ratio(ratios["accelerated/whole_model"])]
+        cells += [_fmt_ratio(ratios["native/accelerated"]), _fmt_ratio(ratios["native_equal_threads/accelerated"]),
+                  _fmt_ratio(ratios["accelerated/whole_model"])]
         table.append(tuple(cells))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     lines = []
@@ -178,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for b in batches:
             rows.append(bench_one(ckpt, shapes, b, ctx, settings, backend, args.runs, args.warmup, progress,
-                                  args.seed, whole=not args.no_whole))
+                                  args.seed, whole=not args.no_whole, equal_threads=not args.no_equal_threads))
     finally:
         progress.close()
     if args.json:
@@ -187,8 +240,12 @@ def run(args: argparse.Namespace) -> int:
             "ctx": args.ctx, "runs": args.runs, "warmup": args.warmup, "results": [r.to_json() for r in rows],
         }, indent=2))
     else:
+        threads = max((r.threads for r in rows), default=0)
         print(f"model: {ckpt.prefix}  inputs: {shapes_text(shapes)}  backend: {backend.name}  "
               f"{args.runs} runs after {args.warmup} warm-up, latency in ms, throughput in samples/s")
+        print(f"native: MXNet's own threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
+              + (f"native {threads}t: OMP_NUM_THREADS={threads}, the CPUs this process may use, in a second process"
+                 if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))
         for r in rows:
             if r.whole_model is None:

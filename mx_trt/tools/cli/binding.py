@@ -1,7 +1,7 @@
 """Binding a checkpoint natively or with the pass, running it, and its whole-model engine."""
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -70,6 +70,25 @@ def whole_model_note(info: Any) -> str:
     inside, total = info.plan.op_counts()
     if inside != total:
         return f"{total - inside} of {total} operators stay native"
+    kept = [k for k, d in getattr(info, "decisions", {}).items() if d.engine is None]
+    if kept:
+        return f"the measured engine rule kept {len(kept)} subgraph(s) native ({kept[0]}: {info.decisions[kept[0]].text})"
     if info.native_failures:
         return "an engine failed to build"
     return f"{len(info.engines)} engines"
+
+
+def decision_json(d: Any) -> Dict[str, Any]:
+    """A measured-rule decision (:class:`~mx_trt.pipeline.measure.Decision`) for JSON output."""
+    return {"engine": list(d.engine) if d.engine else None, "native_ms": d.native_ms, "engine_ms": dict(d.engine_ms),
+            "how": d.how, "text": d.text, "stored": d.stored, "measure_s": d.seconds}
+
+
+def decisions_text(decisions: Mapping[str, Any]) -> str:
+    """The measured rule's decisions, one line per subgraph (empty under the other rules)."""
+    if not decisions:
+        return ""
+    lines = ["engine rule: measured (each engine timed against MXNet running its subgraph, at bind)"]
+    for name, d in decisions.items():
+        lines.append(f"  {name}: {d.text}" + (" (stored decision)" if d.stored else ""))
+    return "\n".join(lines) + "\n"

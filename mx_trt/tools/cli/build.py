@@ -13,7 +13,7 @@ from mx_trt.cache import ENV_DIR, EngineCache
 from mx_trt.errors import MxTrtError
 from mx_trt.pipeline.int8 import subgraph_precisions
 from mx_trt.settings import env_override
-from mx_trt.tools.cli.binding import bind_accelerated
+from mx_trt.tools.cli.binding import bind_accelerated, decision_json
 from mx_trt.tools.cli.checkpoint import load_model, resolve_shapes
 from mx_trt.tools.cli.options import (
     EXIT_FAILED,
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                          "failed": dict(info.native_failures), "seconds": dt,
                          "precision": {name: p.describe() for name, p in precisions.items()
                                        if name not in info.native_failures},
-                         "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float}})
+                         "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float},
+                         "decisions": {name: decision_json(d) for name, d in info.decisions.items()}})
             del exe, info
         engines.clear_pool()
     if args.json:
@@ -102,8 +103,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['cached']} already in the cache ({r['seconds']:.2f} s)")
             for name, text in r["precision"].items():
                 print(f"  {name}: {text}")
+            for name, d in r["decisions"].items():
+                print(f"  {name}: {d['text']}" + (" (stored decision)" if d["stored"] else ""))
             for name, why in r["failed"].items():
-                print(f"  {name} stays native: {why}")
+                if name not in r["decisions"]:
+                    print(f"  {name} stays native: {why}")
     built = sum(r["built"] for r in rows)
     if built and not {e.key for e in cache.entries()} - before:
         print(f"mxtrt: error: {built} engine(s) built but none stored in {cache.directory} (see the warnings above)",

@@ -12,7 +12,7 @@ from mx_trt.pipeline.int8 import subgraph_precisions
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.tools.report import build_report, render_html, render_svg, render_table, report_to_json
-from mx_trt.tools.cli.binding import bind_accelerated
+from mx_trt.tools.cli.binding import bind_accelerated, decision_json, decisions_text
 from mx_trt.tools.cli.checkpoint import import_user_module, load_model
 from mx_trt.tools.cli.options import EXIT_OK, engine_setup, write_text
 
@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
     ckpt, shapes, _ = load_model(args)
     settings, ctx, backend = engine_setup(args)
     failures: Dict[str, str] = {}
+    decisions: Dict[str, Any] = {}
     if args.build:
         _, info = bind_accelerated(ckpt, shapes, ctx, settings, backend)
-        plan, failures = info.plan, dict(info.native_failures)
+        plan, failures, decisions = info.plan, dict(info.native_failures), dict(info.decisions)
     else:
         plan = analyze(BindRequest(symbol=ckpt.symbol, shapes=shapes, params=ckpt.params, settings=settings, backend=backend))
     report = build_report(plan, model=ckpt.prefix, backend=backend.name, failures=failures,
@@ -72,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
             write_text(path, render(report, plan, collapse=args.collapse))
             logger.info("wrote %s", path)
     if args.json:
-        print(json.dumps(report_to_json(report), indent=2))
+        doc = report_to_json(report)
+        if decisions:
+            doc["decisions"] = {k: decision_json(d) for k, d in decisions.items()}
+        print(json.dumps(doc, indent=2))
     else:
         sys.stdout.write(render_table(report))
+        sys.stdout.write(decisions_text(decisions))
     return EXIT_OK
+

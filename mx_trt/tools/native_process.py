@@ -1,0 +1,175 @@
+"""Native MXNet in a process of its own, with its own OpenMP thread count, timed on request.
+
+MXNet fixes its OpenMP thread count when it is imported (``OMP_NUM_THREADS``;
+setting it later through ``MXSetNumOMPThreads`` did not change oneDNN's speed),
+so native MXNet with another thread count than this process's needs another
+process. :class:`NativeProcess` starts one, binds the model there, and runs
+forwards when asked, so that a benchmark interleaves it with the executors of
+its own process: while it runs, the caller waits on its answer and uses no CPU.
+
+The worker exits when asked, when its standard input closes (the caller died),
+or after :data:`IDLE_SECONDS` without a request.
+
+Protocol (one line each way): the caller writes ``RUNS WARMUP``, the worker
+answers a JSON list of ``RUNS`` latencies in ms; ``quit`` ends it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mx_trt.build.cpus import engine_threads
+
+#: The worker ends after this long without a request.
+IDLE_SECONDS = 600.0
+
+
+def save_model(folder: str, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
+               inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None) -> str:
+    """Write what the worker binds into ``folder``; returns the path of its spec file."""
+    import mxnet as mx
+
+    symbol.save(os.path.join(folder, "model-symbol.json"))
+    aux = set(symbol.list_auxiliary_states())
+    nd = {(f"aux:{k}" if k in aux else f"arg:{k}"): (v if isinstance(v, mx.nd.NDArray) else mx.nd.array(v))
+          for k, v in params.items()}
+    mx.nd.save(os.path.join(folder, "model.params"), nd)
+    np.savez(os.path.join(folder, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
+    spec = {"shapes": {k: list(v) for k, v in shapes.items()},
+            "type_dict": {k: np.dtype(v).name for k, v in (type_dict or {}).items()}}
+    path = os.path.join(folder, "spec.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(spec, f)
+    return path
+
+
+class NativeProcess:
+    """A worker process running native MXNet with ``threads`` OpenMP threads; a context manager.
+
+    Args:
+        symbol / params / shapes / inputs / type_dict: The model, its weights (args and aux
+            by name), its input shapes, the input values and the type dict of the bind.
+        threads: ``OMP_NUM_THREADS`` of the worker; ``None``: the CPUs this process may use.
+
+    Raises:
+        RuntimeError: the worker could not bind the model (its error output is quoted).
+    """
+
+    def __init__(self, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
+                 inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
+                 threads: Optional[int] = None) -> None:
+        self.threads = threads if threads is not None else engine_threads()
+        self._dir = tempfile.TemporaryDirectory(prefix="mx_trt_native_")
+        spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict)
+        env = dict(os.environ)
+        env.update({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+                    "MXNET_USE_TENSORRT": "0", "MX_TRT_AUTOLOAD": "0"})
+        # The worker imports this very copy of mx_trt (a checkout or the installed one).
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])
+        self._err = open(os.path.join(self._dir.name, "stderr.txt"), "w+", encoding="utf-8", errors="replace")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mx_trt.tools.native_process", spec], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
+        line = self._read()
+        while line and line.strip() != "ready":  # anything a library printed first
+            line = self._read()
+        if line.strip() != "ready":
+            errors = self._errors()
+            self.close()
+            raise RuntimeError(f"native MXNet with {self.threads} threads could not bind the model: {errors}")
+
+    def _errors(self) -> str:
+        self._err.flush()
+        self._err.seek(0)
+        lines = [ln for ln in self._err.read().splitlines() if ln.strip() and "Subgraph backend" not in ln]
+        return " / ".join(lines[-3:]) or "no error output"
+
+    def _read(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline()
+
+    def run(self, runs: int, warmup: int = 0) -> List[float]:
+        """Latencies (ms) of ``runs`` forwards in the worker, after ``warmup`` untimed ones.
+
+        Raises:
+            RuntimeError: the worker died.
+        """
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(f"{runs} {warmup}\n")
+            self.proc.stdin.flush()
+            return [float(x) for x in json.loads(self._read())]
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"the native MXNet worker failed ({exc}): {self._errors()}") from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self._err.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> "NativeProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _serve(spec_path: str) -> int:
+    """The worker: bind natively, answer ``RUNS WARMUP`` requests on stdin until ``quit`` or EOF."""
+    import mxnet as mx
+
+    folder = os.path.dirname(spec_path)
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    sym = mx.sym.load(os.path.join(folder, "model-symbol.json"))
+    saved = mx.nd.load(os.path.join(folder, "model.params"))
+    args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+    aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+    shapes: Dict[str, Tuple[int, ...]] = {k: tuple(v) for k, v in spec["shapes"].items()}
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None, **shapes)
+    exe.copy_params_from(args, aux, allow_extra_params=True)
+    with np.load(os.path.join(folder, "inputs.npz")) as data:
+        for k in data.files:
+            exe.arg_dict[k][:] = data[k]
+
+    def forward() -> None:
+        exe.forward(is_train=False)
+        for o in exe.outputs:
+            o.wait_to_read()
+
+    forward()
+    print("ready", flush=True)
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], IDLE_SECONDS)
+        line = sys.stdin.readline() if ready else ""
+        if not line or line.strip() == "quit":
+            return 0
+        runs, warmup = (int(x) for x in line.split())
+        for _ in range(warmup):
+            forward()
+        out = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            forward()
+            out.append((time.perf_counter() - t) * 1e3)
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.argv[1]))

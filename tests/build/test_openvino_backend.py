@@ -464,12 +464,10 @@ def test_measured_rule_runs_the_int8_graph_of_the_binds_backend_in_openvino(monk
     assert COSINE_MIN < cosine(got, ref) < 1 - 1e-7
 
 
-def test_weights_the_reader_makes_no_parameter_of_are_embedded():
-    # A weight read through a chain of Identity nodes (an exported _arange): OpenVINO's reader folds the
-    # chain and the parameter loses its name, so that weight cannot be shared; it is embedded instead.
+def _identity_chain_model(w):
+    """y = x + Identity(Identity(w)), ``w`` an external initializer (as an exported ``_arange`` reads)."""
     from onnx import TensorProto, helper
 
-    w = np.arange(1000, dtype=np.float32)
     t = TensorProto()
     t.name, t.data_type = "w", TensorProto.FLOAT
     t.dims.extend(w.shape)
@@ -479,15 +477,54 @@ def test_weights_the_reader_makes_no_parameter_of_are_embedded():
         kv.key, kv.value = k, v
     g = helper.make_graph([helper.make_node("Identity", ["w"], ["w1"]), helper.make_node("Identity", ["w1"], ["w2"]),
                            helper.make_node("Add", ["x", "w2"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(w.shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [t])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    assert ov_backend._read(model, {"w": w}, {})[1] == ["w"]  # shared, it would be lost
-    compiled = ov_backend._ov_core().compile_model(ov_backend.read_model(model, {"w": w}), "CPU",
-                                                   ov_backend.compile_config(False, 1))
-    x = np.ones(1000, np.float32)
+    return model
+
+
+def _add_result(ov_model, w):
+    compiled = ov_backend._ov_core().compile_model(ov_model, "CPU", ov_backend.compile_config(False, 1))
+    x = np.ones(w.shape, np.float32)
     np.testing.assert_array_equal(compiled(x)[0], x + w)
+
+
+def test_a_weight_behind_identity_nodes_is_shared():
+    # The reader folds the Identity chain into the parameter and renames it; it is found by its tensor name.
+    w = np.arange(1000, dtype=np.float32)
+    ov_model, missing = ov_backend._read(_identity_chain_model(w), {"w": w}, {})
+    assert missing == [] and len(ov_model.get_parameters()) == 1
+    consts = [op for op in ov_model.get_ordered_ops() if op.get_type_name() == "Constant" and op.get_output_size()
+              and tuple(op.get_output_partial_shape(0).to_shape()) == w.shape]
+    assert consts and np.shares_memory(consts[0].get_data(), w)
+    _add_result(ov_model, w)
+
+
+def test_weights_the_reader_leaves_no_parameter_for_are_embedded(monkeypatch):
+    # Should the reader make no parameter of a weight (or refuse one as a parameter), it is read embedded.
+    w = np.arange(1000, dtype=np.float32)
+    real, calls = ov_backend._read, []
+
+    def first_loses_it(model, fed, embedded):
+        calls.append((sorted(fed), sorted(embedded)))
+        ov_model, missing = real(model, fed, embedded)
+        return (ov_model, ["w"]) if len(calls) == 1 else (ov_model, missing)
+
+    monkeypatch.setattr(ov_backend, "_read", first_loses_it)
+    _add_result(ov_backend.read_model(_identity_chain_model(w), {"w": w}), w)
+    assert calls == [(["w"], []), ([], ["w"])]
+
+    def refuses(model, fed, embedded):
+        calls.append((sorted(fed), sorted(embedded)))
+        if fed:
+            raise RuntimeError("a value is needed at conversion")
+        return real(model, fed, embedded)
+
+    calls.clear()
+    monkeypatch.setattr(ov_backend, "_read", refuses)
+    _add_result(ov_backend.read_model(_identity_chain_model(w), {"w": w}), w)
+    assert calls == [(["w"], []), ([], ["w"])]
 
 
 def _ties():

@@ -325,7 +325,9 @@ def _read(model: Any, fed: Mapping[str, np.ndarray], embedded: Mapping[str, np.n
     proto.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in feeds)
     ov_model = _ov_core().read_model(proto.SerializeToString())
     del proto
-    params = {p.get_friendly_name(): p for p in ov_model.get_parameters()}
+    # By tensor name too: the reader renames a parameter it folds a chain of Identity nodes into.
+    params = {n: p for p in ov_model.get_parameters() for n in p.output(0).get_names()}
+    params.update((p.get_friendly_name(), p) for p in ov_model.get_parameters())
     missing = [t.name for t in feeds if t.name not in params]
     if missing:
         return ov_model, missing

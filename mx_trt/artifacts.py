@@ -34,6 +34,7 @@ problem as an
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import operator
@@ -48,13 +49,13 @@ from mx_trt._version import __version__
 from mx_trt.build.backends import BACKENDS, BuildOptions, select_backend
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
-from mx_trt.cache import ENV_DIR, ENV_MAX_MB, EngineCache
+from mx_trt.cache import EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.build.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind
-from mx_trt.settings import Settings, env_override
+from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +164,10 @@ def export_model(
     # them so that every subgraph is built into (and stored in) the private cache.
     engines.clear_pool()
     try:
-        with env_override({ENV_DIR: cache_dir, ENV_MAX_MB: "0"}):
-            exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=settings, backend=backend,
-                                         ctx=ctx, native_bind=original_simple_bind()))
+        # The export's own cache travels with the request: binds in other threads keep theirs.
+        private = dataclasses.replace(settings, cache_dir=cache_dir, cache_max_mb=0)
+        exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=private, backend=backend,
+                                     ctx=ctx, native_bind=original_simple_bind()))
     finally:
         engines.clear_pool()
     for scratch in ("locks", "tmp", "files"):  # the cache's working folders: not part of an export

@@ -204,22 +204,23 @@ def subgraph_backend_is_tensorrt() -> bool:
 
 
 @contextlib.contextmanager
-def masked_subgraph_backend() -> Iterator[None]:
+def masked_subgraph_backend(every: bool = False) -> Iterator[None]:
     """MXNet's own binds inside this block see ``MXNET_SUBGRAPH_BACKEND=NONE`` if it named TensorRT.
 
     MXNet reads the variable at every executor it creates and has no subgraph
     backend called TensorRT (it would raise "SubgraphProperty TensorRT is not
     found"): the pass is what answers to that name. Other values (MKLDNN, ...)
-    are left alone. The variable is process-wide, so nested and concurrent
-    blocks share one masking, undone when the last one leaves.
+    are left alone, unless ``every`` (calibration turns MXNet's own fusion off,
+    so that every tensor it reads is computed). The variable is process-wide, so
+    nested and concurrent blocks share one masking, undone when the last one leaves.
     """
     global _mask_depth, _mask_saved
     with _mask_lock:
         if _mask_depth == 0:
-            if not subgraph_backend_is_tensorrt():
+            if not (subgraph_backend_is_tensorrt() or every):
                 masked = False
             else:
-                _mask_saved = os.environ[SUBGRAPH_BACKEND_ENV]
+                _mask_saved = os.environ.get(SUBGRAPH_BACKEND_ENV, "")
                 os.environ[SUBGRAPH_BACKEND_ENV] = "NONE"
                 masked = True
         else:
@@ -233,7 +234,10 @@ def masked_subgraph_backend() -> Iterator[None]:
             with _mask_lock:
                 _mask_depth -= 1
                 if _mask_depth == 0 and _mask_saved is not None:
-                    os.environ[SUBGRAPH_BACKEND_ENV] = _mask_saved
+                    if _mask_saved:
+                        os.environ[SUBGRAPH_BACKEND_ENV] = _mask_saved
+                    else:
+                        os.environ.pop(SUBGRAPH_BACKEND_ENV, None)
                     _mask_saved = None
 
 
@@ -322,6 +326,8 @@ class Settings:
             float inside int8 engines (``MXNET_TENSORRT_INT8_EXCLUDE_OPS`` / ``_NODES``).
         int8_keep_output_layer: Keep the last classifier layer(s) in float
             (``MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER``).
+        cache_max_mb: Size limit of the plan cache in MiB (0: none); ``None`` reads
+            ``MXNET_TENSORRT_CACHE_MAX_MB``. An export's private cache sets 0.
         calibration_iters: With ``int8`` and no table, MXNet 1.9.1's way: the executor's
             first N forwards run natively and calibrate, then the int8 engines are built
             (``MXNET_TENSORRT_CALIBRATION_ITERS``, the ``calibration_iters`` option).
@@ -342,6 +348,7 @@ class Settings:
     int8_exclude_nodes: FrozenSet[str] = field(default_factory=frozenset)
     int8_keep_output_layer: bool = False
     calibration_iters: int = 0
+    cache_max_mb: Optional[int] = None
 
     @property
     def precision(self) -> str:

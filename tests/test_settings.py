@@ -17,7 +17,7 @@ def test_defaults_with_a_clean_environment(monkeypatch):
             monkeypatch.delenv(k)
     s = Settings.from_env()
     assert (s.fp16, s.int8, s.engine_rule, s.min_subgraph_size, s.backend, s.max_batch_size) == (
-        False, False, "cost", 1, None, None)
+        False, False, "measured", 1, None, None)
     assert s.precision == "fp32" and s.calibration_iters == 0
 
 

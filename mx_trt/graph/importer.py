@@ -211,7 +211,11 @@ def _infer_shapes(internals: Any, entries: List[Optional[Entry]], shapes: Mappin
     try:
         _, out_shapes, _ = internals.infer_shape_partial(**dict(shapes))
     except mx.base.MXNetError as exc:
-        raise ShapeError(f"MXNet cannot infer shapes from {dict(shapes)}: {_first_line(exc)}") from exc
+        given = list(dict(shapes).items())
+        given.sort(key=lambda kv: kv[0] != "data")  # the data input first, then as given
+        shown = ", ".join(f"{k}={v}" for k, v in given[:3])
+        more = f" and {len(given) - 3} more" if len(given) > 3 else ""
+        raise ShapeError(f"MXNet cannot infer shapes from {shown}{more}: {_first_line(exc)}") from exc
     out: Dict[Entry, Tuple[int, ...]] = {}
     for e, s in zip(entries, out_shapes or []):
         # MXNet 1.x has no rank-0 tensors: () and zeros mean "unknown".

@@ -330,6 +330,8 @@ def _engine_cache(settings: Settings) -> Any:
             return EngineCache.from_env()
         if not settings.cache_dir.strip():
             return None
+        if settings.cache_max_mb is not None:
+            return EngineCache(settings.cache_dir, max_bytes=settings.cache_max_mb << 20)
         config = env_config()
         return EngineCache(settings.cache_dir, max_bytes=config[1] if config else DEFAULT_MAX_MB << 20)
     except (CacheError, OSError) as exc:

@@ -32,7 +32,7 @@ from mx_trt.passes.ir import Entry
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.quantize.collectors import collector_range, make_collector
-from mx_trt.settings import Settings, env_override
+from mx_trt.settings import Settings, masked_subgraph_backend
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +211,7 @@ def float_settings(settings: Settings) -> Settings:
 
 def _settings(options: Mapping[str, Any]) -> Settings:
     """The bind's settings for the partition, in float whatever the environment asks."""
-    with env_override({"MXNET_TENSORRT_PRECISION": None, "MXNET_TENSORRT_CALIBRATION": None}):
-        settings = Settings.from_env()
+    settings = float_settings(Settings.from_env())
     kept = {k: v for k, v in options.items() if k not in _PRECISION_OPTIONS}
     return settings.with_options(kept, "calibrate options") if kept else settings
 
@@ -288,7 +287,7 @@ class _Runner:
         args = set(self.group.list_arguments())
         types = {k: v for k, v in (self.type_dict or {}).items() if k in args}
         # MXNet's own oneDNN fusion (conv + bn) would hide the tensors asked for.
-        with hook.disabled(), env_override({"MXNET_SUBGRAPH_BACKEND": "NONE"}):
+        with hook.disabled(), masked_subgraph_backend(every=True):
             exe = self.group.simple_bind(self.ctx, grad_req="null", type_dict=types or None,
                                          **{k: v for k, v in shapes.items() if k in args})
         for k, v in exe.arg_dict.items():

@@ -27,9 +27,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.errors import ServeError, ShapeError
+from mx_trt.frontends.common import scoped_options
 from mx_trt.frontends.hook import disabled
 from mx_trt.frontends.simple_bind import accelerated_simple_bind
-from mx_trt.settings import env_override
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class ServedModel:
         type_dict = {t.name: np.dtype(t.dtype) for t in self.inputs}
         try:
             if accelerate:
-                with env_override({"MXNET_TENSORRT_MAX_BATCH_SIZE": str(self.max_batch)}):
+                with scoped_options({"max_batch_size": self.max_batch}):  # this bind's option, no other's
                     # Aux states in shared_buffer too: the engines absorb them as weights (as the CLI binds).
                     exe = accelerated_simple_bind(symbol, ctx, grad_req="null", type_dict=type_dict,
                                                   shared_buffer=params, **shapes)

@@ -11,6 +11,10 @@ builds the INT8 graphs (TensorRT's Q/DQ form, tables from ``mx_trt.calibrate``)
 of nine vision models at small inputs; TensorRT-RTX 1.7's builder accepted
 every pattern they hold (per-channel weight DQ on Conv and Gemm, activation Q/DQ,
 the residual add's shortcut, BatchNorm folded), so no rejection is recorded.
+Detection post-processing (``box_nms``, ``MultiBoxDetection``, ``Proposal``: ONNX
+``Loop`` with a boolean body, ``TopK`` in chunks past k = 3840, ``ScatterElements``,
+``CastLike``) parses and builds too, fp32 and fp16, in the GluonCV detectors here and
+in ``tests/export/converters/test_detection.py``: no rejection recorded either.
 
 A failure names the model, the subgraph, the ONNX node with its op, and the
 MXNet node (with its op and attributes) that the parser or builder rejected.

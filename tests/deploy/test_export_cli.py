@@ -114,7 +114,8 @@ def test_triton_onnx_model_needs_no_python_and_runs_without_mxnet(tmp_path, caps
     assert 'backend: "onnxruntime"' in config and 'platform: "onnxruntime_onnx"' in config
     assert "python" not in config and "max_batch_size: 4" in config
     files = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
-    assert files == ["1/model.onnx", "config.pbtxt"], files  # no model.py, no checkpoint: nothing for Python
+    # no model.py, no checkpoint: nothing for Python (mx_trt_model.json only marks the folder as mx_trt's)
+    assert files == ["1/model.onnx", "config.pbtxt", "mx_trt_model.json"], files
     for batch in (1, 4):
         x = np.random.RandomState(batch).uniform(-1, 1, (batch, 3, 8, 8)).astype("float32")
         got = run_without_mxnet(str(folder / "1" / "model.onnx"), {"data": x}, str(tmp_path))

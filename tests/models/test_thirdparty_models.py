@@ -11,14 +11,16 @@ For each model (built offline by ``tests/models/thirdparty.py``):
   exception: with random weights their class scores agree to 1e-7 (measured:
   the top 20 scores of SSD, YOLOv3 and Faster R-CNN have gaps of 0 to 1e-6), so
   NMS turns rounding differences of 1e-6 into other suppressions (MXNet's own
-  box_nms, fed the native and the accelerated inputs, gives boxes 200 apart).
-  Their final detections are matched one to one (same class, score within
-  1e-4, box within 1e-3 of the range) and at least ``min_match`` of native's
-  must be found, with as many detections in all;
+  box_nms, fed the native and the accelerated inputs of YOLOv3-MobileNet, keeps
+  84 of the same 100 boxes). YOLOv3 and Faster R-CNN are built with spread score
+  logits (``thirdparty.spread_scores``). Their detections -- the final outputs, and
+  the outputs of the engine that computes them -- are matched one to one (same
+  class, score within 1e-4, box within 1e-3 of the range): at least ``min_match``
+  of native's and of the engine's must be found;
 * the partition meets the model's target: at most ``max_engines`` engines, and
   only the operators listed in ``native`` left to MXNet, besides small
-  post-processing after them that the cost rule leaves native (slicing NMS's
-  output is not worth an engine).
+  post-processing after them that the cost rule leaves native. Detectors, their
+  post-processing included, are one engine with nothing native.
 """
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ from mx_trt.frontends.hook import disabled
 from tests.models.compare import check_engines, compare_outputs, match_detections
 from tests.models.thirdparty import MODELS
 
-#: NMS-like post-processing: stays native by design (see the README).
-NMS = frozenset({"_contrib_box_nms", "_contrib_box_non_maximum_suppression", "MultiBoxDetection",
-                 "_contrib_Proposal", "_contrib_MultiProposal"})
+#: Detectors: one engine with their post-processing (box_nms and the slices after it), nothing native;
+#: their detections matched one to one, at least this share of native's and of the engine's.
+DETECTOR_MATCH = 0.95
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,17 @@ class Target:
     max_engines: int
     native: FrozenSet[str] = frozenset()
     #: Final outputs compared (as sets for detection); False: engines checked, outputs only by shape.
-    #: Detectors: the share of native detections that must be matched (see the module docstring).
+    #: Detectors: the share of native detections, and of accelerated ones, that must be matched
+    #: one to one (see the module docstring).
     min_match: float = 0.0
 
 
 TARGETS: Dict[str, Target] = {
-    "ssd_resnet50": Target(1, NMS, min_match=0.75),
-    "ssd_mobilenet": Target(1, NMS, min_match=0.75),
-    "yolo3_darknet53": Target(1, NMS, min_match=0.75),
-    "yolo3_mobilenet": Target(1, NMS, min_match=0.75),
-    "faster_rcnn": Target(2, NMS, min_match=0.75),
+    "ssd_resnet50": Target(1, min_match=DETECTOR_MATCH),
+    "ssd_mobilenet": Target(1, min_match=DETECTOR_MATCH),
+    "yolo3_darknet53": Target(1, min_match=DETECTOR_MATCH),
+    "yolo3_mobilenet": Target(1, min_match=DETECTOR_MATCH),
+    "faster_rcnn": Target(1, min_match=DETECTOR_MATCH),
     "fcn": Target(1),
     "psp": Target(1),
     "deeplab": Target(1),
@@ -100,14 +103,14 @@ def test_model_matches_native(name, monkeypatch, default_engine_rule):
     assert len(info.engines) <= target.max_engines, summary
     assert native_ops <= target.native, summary + f"; reasons: {_reasons(info, native_ops - target.native)}"
 
-    bad = check_engines(model, exe)
+    bad = check_engines(model, exe, min_match=target.min_match)
     assert not bad, "\n".join(bad)
     assert [(r.shape, r.dtype) for r in ref] == [(g.shape, g.dtype) for g in got]
     if model.kind == "detection":
         matched, n_ref, n_got = match_detections(ref, got)
         summary += f"; {matched} of {n_ref} detections matched ({n_got} accelerated)"
         assert n_ref > 0 and abs(n_got - n_ref) <= 0.05 * n_ref, summary
-        assert matched >= target.min_match * n_ref, summary
+        assert matched >= target.min_match * n_ref and matched >= target.min_match * n_got, summary
     else:
         bad = compare_outputs(ref, got)
         assert not bad, "\n".join(bad)

@@ -159,3 +159,24 @@ def test_a_host_function_never_raises_into_tensorrt_and_the_run_raises_after(hos
     with pytest.raises(mx_trt.EngineRunError, match=r"^trt_subgraph_0: plugin rel.ops::Host") as info:
         run.raise_fault("trt_subgraph_0")
     assert text in str(info.value) and "more" not in str(info.value)
+
+
+def test_a_fault_on_a_thread_with_no_run_open_is_raised_by_the_next_run():
+    """A backend calling back from a thread of its own must not make a fault silent."""
+    import threading
+
+    from mx_trt.build.backends import plugin_runs
+
+    def boom(x):
+        raise ValueError("off the run's thread")
+
+    got = []
+    t = threading.Thread(target=lambda: got.append(
+        plugin_runs.call_plugin("rel.ops::Off", boom, [np.ones((2, 3), np.float32)], {}, ["float32"])))
+    t.start()
+    t.join()
+    assert got[0][0].shape == (2, 3) and not got[0][0].any()  # zeros in place of the result
+    with plugin_runs.watching() as run:
+        pass
+    with pytest.raises(mx_trt.EngineRunError, match="plugin rel.ops::Off raised ValueError: off the run's thread"):
+        run.raise_fault("trt_subgraph_0")

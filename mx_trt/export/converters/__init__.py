@@ -14,13 +14,15 @@ Modules:
     tensor: elementwise, broadcast arithmetic, scalar, unary math, matrix products, reductions.
     shape: reshape family, slicing, splitting, joining, broadcasting, tiling.
     indexing: shape, arange, gather/take/pick, one_hot, topk/sort, Sequence*.
-    vision: box coding, ROI pooling, resizing, anchors, NMS-like post-processing.
+    vision: box coding, ROI pooling, resizing, anchors.
+    detection: box_nms, MultiBoxDetection, Proposal/MultiProposal, built from
+    suppression: exact top-k selection, stable sort and greedy suppression in MXNet's order.
     nlp: attention matmuls, the softmax family (with lengths), embeddings, layer norm.
     user: :func:`register_converter`, the public API for your own operators' converters.
 """
 from __future__ import annotations
 
-from mx_trt.export.converters import indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401  (importing registers)
+from mx_trt.export.converters import detection, indexing, nlp, nn, pooling, shape, tensor, vision  # noqa: F401  (importing registers)
 from mx_trt.export.converters.registry import ConvContext, check, lookup, register, registered_ops
 from mx_trt.export.converters.user import list_converters, register_converter, unregister_converter, user_fingerprint
 from mx_trt.export.spec import OpSpec

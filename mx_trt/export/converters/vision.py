@@ -1,5 +1,5 @@
-"""Converters for vision operators: box coding, ROI pooling, anchors, and the reasons
-NMS-like post-processing stays native.
+"""Converters for vision operators: box coding, ROI pooling and anchors (the detection
+post-processing that follows them is in :mod:`.detection`).
 
 ``ROIAlign`` and ``ROIPooling`` are written with plain ONNX operators (TensorRT-RTX has
 no RoiAlign without its plugin library): the sampling positions of every ROI are
@@ -11,7 +11,7 @@ maxima over columns).
 from __future__ import annotations
 
 import logging
-from typing import Callable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -444,34 +444,3 @@ def _roi_pooling(ctx: ConvContext) -> None:
     empty = ctx.emit("Or", [_unsqueeze(ctx, empty_h, [2]), _unsqueeze(ctx, empty_w, [1])])[0]  # (R, ph, pw)
     empty = ctx.emit("Or", [empty, _unsqueeze(ctx, invalid, [2])])[0]
     ctx.emit("Where", [_unsqueeze(ctx, empty, [1]), scalar(ctx, 0.0, "zero"), y], ctx.outputs[:1])
-
-
-# -- NMS-like post-processing: always native ----------------------------------------------
-
-
-_NMS_WHY = (
-    "{op} stays native: its output is MXNet's own layout (every input box, sorted by score, suppressed and "
-    "invalid boxes as -1 rows{extra}), produced by a sequential greedy suppression with MXNet's tie order; "
-    "ONNX NonMaxSuppression returns selected indices instead, orders ties and computes IoU differently, and "
-    "TensorRT-RTX cannot build it, so no engine reproduces the op exactly"
-)
-
-
-def _native(extra: str = "") -> Callable[[OpSpec], Optional[str]]:
-    def validate(spec: OpSpec) -> Optional[str]:
-        return _NMS_WHY.format(op=spec.op, extra=extra)
-
-    return validate
-
-
-def _never(ctx: ConvContext) -> None:  # pragma: no cover - the validator always refuses
-    raise AssertionError(f"{ctx.spec.op} has no ONNX form")
-
-
-register("_contrib_box_nms", "_contrib_box_non_maximum_suppression", validator=_native(
-    "; topk, valid_thresh, force_suppress/id_index and background_id decide which boxes compete"))(_never)
-register("_contrib_MultiBoxDetection", "_npx_multibox_detection", validator=_native(
-    " after decoding against the anchors, with class ids and per-class suppression"))(_never)
-register("_contrib_Proposal", "_contrib_MultiProposal", validator=_native(
-    "; proposals are decoded, clipped, filtered by minimum size, cut to rpn_pre_nms_top_n before and "
-    "rpn_post_nms_top_n after suppression and padded by repeating kept boxes"))(_never)

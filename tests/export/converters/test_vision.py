@@ -277,33 +277,6 @@ def test_i3d_stem():
     _run(_i3d_stem(), {"data": (1, 3, 8, 16, 16)})
 
 
-# -- NMS-like ops: always native, with the reason ------------------------------------------
-
-NMS = [
-    ("box_nms", lambda: mx.sym.contrib.box_nms(D, overlap_thresh=0.5, topk=10, name="nms"), {"data": (1, 20, 6)}),
-    ("box_non_maximum_suppression", lambda: mx.sym.contrib.box_non_maximum_suppression(D, name="nms"), {"data": (1, 20, 6)}),
-    ("MultiBoxDetection", lambda: mx.sym.contrib.MultiBoxDetection(
-        mx.sym.Variable("cls"), mx.sym.Variable("loc"), A, name="det"),
-     {"cls": (1, 3, 8), "loc": (1, 32), "anchors": (1, 8, 4)}),
-    ("Proposal", lambda: mx.sym.contrib.Proposal(
-        mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"), rpn_post_nms_top_n=4,
-        rpn_pre_nms_top_n=8, scales=(8,), ratios=(1,), name="prop"),
-     {"cls": (1, 2, 4, 4), "bbox": (1, 4, 4, 4), "im_info": (1, 3)}),
-    ("MultiProposal", lambda: mx.sym.contrib.MultiProposal(
-        mx.sym.Variable("cls"), mx.sym.Variable("bbox"), mx.sym.Variable("im_info"), rpn_post_nms_top_n=4,
-        rpn_pre_nms_top_n=8, scales=(8,), ratios=(1,), name="prop"),
-     {"cls": (2, 2, 4, 4), "bbox": (2, 4, 4, 4), "im_info": (2, 3)}),
-]
-
-
-@pytest.mark.parametrize("name,make,shapes", NMS, ids=[c[0] for c in NMS])
-def test_nms_like_ops_stay_native_with_the_reason(name, make, shapes):
-    graph = symbol_to_graph(make(), shapes)
-    spec = op_spec(graph, graph.op_nodes()[-1], {})
-    reason = registry.check(spec)
-    assert reason and reason.startswith(f"{spec.op} stays native") and "exactly" in reason
-
-
 # -- TensorRT-RTX build gate ------------------------------------------------------------------
 
 

@@ -61,11 +61,15 @@ BLOB = "model.blob"
 ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
-#: MXNet operators whose indices depend on the order of tied values. ONNX's TopK and ArgMax/ArgMin give
-#: the lowest index first, as MXNet and ONNX Runtime do; OpenVINO 2024.6's CPU plugin does not (seen: TopK
-#: over a row of zeros and ones, ArgMax over rows with repeated maxima), and random or quantized data tie
-#: often. They stay native (or with another backend). ``topk`` returning only values is unaffected.
-TIE_ORDER_OPS = frozenset({"argsort", "argmax", "argmax_channel", "argmin", "topk"})
+#: MXNet operators whose results depend on the order of tied values: indices of a sort or of a maximum, and
+#: the detection post-processing whose converters sort scores (TopK) and pick boxes (ArgMax). ONNX's TopK and
+#: ArgMax/ArgMin give the lowest index first, as MXNet and ONNX Runtime do; OpenVINO 2024.6's CPU plugin does
+#: not (seen: TopK over a row of zeros and ones, ArgMax over rows with repeated maxima, SSD's box_nms), and
+#: random or quantized data tie often. They stay native (or with another backend). ``topk`` returning only
+#: values is unaffected.
+TIE_ORDER_OPS = frozenset({"argsort", "argmax", "argmax_channel", "argmin", "topk",
+                           "_contrib_box_nms", "_contrib_box_non_maximum_suppression", "_contrib_MultiBoxDetection",
+                           "_npx_multibox_detection", "_contrib_Proposal", "_contrib_MultiProposal"})
 
 _core: Any = None
 _core_lock = threading.Lock()
@@ -210,8 +214,8 @@ class OpenVinoBackend(Backend):
 
     def supports(self, spec: OpSpec) -> Optional[str]:
         if spec.op in TIE_ORDER_OPS and not (spec.op == "topk" and spec.attrs.get("ret_typ", "indices") == "value"):
-            return (f"{spec.op} gives indices, and OpenVINO's CPU plugin orders tied values otherwise than MXNet "
-                    "(ONNX asks for the lowest index first)")
+            return (f"{spec.op} sorts or picks by index, and OpenVINO's CPU plugin orders tied values otherwise "
+                    "than MXNet (ONNX asks for the lowest index first)")
         return None
 
     @classmethod

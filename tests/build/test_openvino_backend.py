@@ -561,7 +561,7 @@ def test_measured_rule_leaves_out_openvino_where_it_refuses_an_operator(monkeypa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ssd_mobilenet", "bert"])
+@pytest.mark.parametrize("name", ["ssd_mobilenet", "yolo3_mobilenet", "faster_rcnn", "bert", "simple_pose"])
 def test_thirdparty_model_engines_match_native(name, monkeypatch):
     # GluonCV/GluonNLP graphs (tests/models/thirdparty.py): each OpenVINO engine, fed native MXNet's values
     # of its inputs, gives native's outputs within tests/models/compare.py's tolerance.

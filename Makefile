@@ -19,7 +19,7 @@ REQ         := requirements
 STUBS_TMP   := $(VENV)/.typestubs-download
 
 # The switches reach setup.py (which reads the same names) through the environment.
-export USE_TENSORRT USE_TENSORRT_RTX USE_ONNXRUNTIME USE_SERVE
+export USE_TENSORRT USE_TENSORRT_RTX USE_ONNXRUNTIME USE_OPENVINO USE_SERVE
 
 # Requirement files selected by the switches, and those switched off.
 SELECTED := $(REQ)/base.txt $(REQ)/test.txt
@@ -28,6 +28,11 @@ ifeq ($(USE_ONNXRUNTIME),1)
 SELECTED += $(REQ)/onnxruntime.txt
 else
 UNSELECTED += $(REQ)/onnxruntime.txt
+endif
+ifeq ($(USE_OPENVINO),1)
+SELECTED += $(REQ)/openvino.txt
+else
+UNSELECTED += $(REQ)/openvino.txt
 endif
 ifeq ($(USE_TENSORRT),1)
 SELECTED += $(REQ)/tensorrt.txt
@@ -49,7 +54,7 @@ endif
 CONFIG_STAMP := $(VENV)/.mx_trt-config
 DEPS_STAMP   := $(VENV)/.mx_trt-deps
 PKG_STAMP    := $(VENV)/.mx_trt-installed
-CONFIG_LINE  := PYTHON=$(PYTHON) USE_TENSORRT=$(USE_TENSORRT) USE_TENSORRT_RTX=$(USE_TENSORRT_RTX) USE_ONNXRUNTIME=$(USE_ONNXRUNTIME) USE_SERVE=$(USE_SERVE)
+CONFIG_LINE  := PYTHON=$(PYTHON) USE_TENSORRT=$(USE_TENSORRT) USE_TENSORRT_RTX=$(USE_TENSORRT_RTX) USE_ONNXRUNTIME=$(USE_ONNXRUNTIME) USE_OPENVINO=$(USE_OPENVINO) USE_SERVE=$(USE_SERVE)
 
 # What the installed copy is built from. The folders are listed too, so that
 # adding or deleting a module also triggers a reinstall.

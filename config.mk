@@ -21,6 +21,11 @@ USE_TENSORRT_RTX ?= 1
 # no GPU: the embedded default.
 USE_ONNXRUNTIME ?= 1
 
+# OpenVINO (requirements/openvino.txt, the extra mx_trt[openvino]; about 140 MB),
+# a second CPU backend (backend='openvino' or MXNET_TENSORRT_BACKEND=openvino).
+# On by default so that `make test` covers it; mx_trt works without it.
+USE_OPENVINO ?= 1
+
 # Serving with Triton Inference Server (requirements/serve.txt, the extra
 # mx_trt[serve]: nvidia-pytriton, which bundles tritonserver, and
 # tritonclient; about 60 MB). On by default so that `make test` covers

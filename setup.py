@@ -107,6 +107,9 @@ class SdistWithBuildInputs(sdist):
 config = read_config(os.path.join(HERE, "config.mk"))
 extras = {
     "onnxruntime": read_requirements("onnxruntime"),
+    # OpenVINO, a second CPU backend (backend='openvino'): optional, `pip install 'mx_trt[openvino]'`;
+    # `make venv` installs it with USE_OPENVINO=1 (config.mk's default).
+    "openvino": read_requirements("openvino"),
     "tensorrt": read_requirements("tensorrt"),
     "tensorrt-rtx": read_requirements("trt-rtx"),
     "test": read_requirements("test"),

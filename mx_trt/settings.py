@@ -60,7 +60,7 @@ INT32_MAX = 2**31 - 1
 ENGINE_RULES = ("measured", "cost", "always")
 
 #: The engine backends, as ``MXNET_TENSORRT_BACKEND`` and the ``backend`` option name them.
-BACKEND_NAMES = ("onnxruntime", "tensorrt", "tensorrt_rtx")
+BACKEND_NAMES = ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")
 
 _warned: Set[Tuple[str, str]] = set()
 _warned_lock = threading.Lock()
@@ -239,6 +239,7 @@ def masked_subgraph_backend(every: bool = False) -> Iterator[None]:
                     else:
                         os.environ.pop(SUBGRAPH_BACKEND_ENV, None)
                     _mask_saved = None
+
 
 def thread_settings() -> Dict[str, str]:
     """The thread counts this process was given (``OMP_NUM_THREADS`` for MXNet, ``MXNET_TENSORRT_ORT_THREADS``).
@@ -595,7 +596,7 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "exclude_ops": _opt_ops,
     "min_subgraph_size": _opt_int("min_subgraph_size", 1),
     "engine_rule": _opt_choice("engine_rule", ENGINE_RULES),
-    "backend": _opt_choice("backend", ("onnxruntime", "tensorrt", "tensorrt_rtx")),
+    "backend": _opt_choice("backend", ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")),
     "strict": _opt_bool("strict"),
     "cache_dir": _opt_str("cache_dir"),
     "calibration": _opt_calibration,

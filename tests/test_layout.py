@@ -44,7 +44,7 @@ PASSES = "mx_trt.passes"
 MAX_MODULE_LINES = 800
 MAX_CLASS_LINES = 300
 #: Top-level packages that ``passes/`` must not import.
-PASSES_FORBIDDEN = ("mx_trt", "mxnet", "onnx", "onnxruntime", "tensorrt", "tensorrt_rtx")
+PASSES_FORBIDDEN = ("mx_trt", "mxnet", "onnx", "onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")
 REGISTRY = "mx_trt.export.converters.registry"
 #: What the registry may import from its own package: the leaf type module.
 REGISTRY_ALLOWED = ("mx_trt.export.spec",)

@@ -30,7 +30,7 @@ from mx_trt.build.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
 from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
-from mx_trt.export.subgraph import entry_name
+from mx_trt.export.subgraph import entry_name, op_spec
 from mx_trt.graph.importer import graph_to_json
 from mx_trt.passes.fuse import FuseResult, boundary, fuse
 from mx_trt.passes.ir import Entry, Graph
@@ -385,7 +385,10 @@ class _MeasuredRule:
         settings = self.request.settings
         graph = self.plan.graph
         jobs: Dict[Tuple[str, str], SubgraphJob] = {}
-        for name in self.providers:
+        first = next(iter(self.providers))  # the bind's own backend, which the analysis asked
+        for name, provider in self.providers.items():
+            if name != first and not _holds(provider.backend, graph, sg.nodes, self.plan.weights):
+                continue  # the analysis asked the bind's backend only: another may refuse some operator
             jobs[(name, settings.precision)] = job
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
@@ -413,6 +416,15 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
                        weight_views=exporter.weight_views)
+
+
+def _holds(backend: Any, graph: Graph, nodes: Sequence[int], weights: Any) -> bool:
+    """Whether ``backend`` takes every node of ``nodes``: its tensor types and its own limits."""
+    for n in nodes:
+        spec = op_spec(graph, n, weights, backend.name)
+        if backend.dtype_reason(spec) is not None or backend.supports(spec) is not None:
+            return False
+    return True
 
 
 def _baked_heads(graph: Graph, absorbed: Set[int]) -> Set[str]:

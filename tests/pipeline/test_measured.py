@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mx_trt
+from mx_trt.build import backends
 from mx_trt.pipeline import measure
 from tests.bindcheck import ATOL, RTOL, bind, conv_relu
 from tests.mxcheck import random_inputs, random_params
@@ -45,6 +46,9 @@ class StubTimer:
 
 @pytest.fixture
 def measured(monkeypatch):
+    # One CPU candidate (ONNX Runtime), so that the stub timers' lists are per precision;
+    # tests/build/test_openvino_backend.py times OpenVINO beside it.
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime"])
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
 

@@ -139,7 +139,7 @@ CASES = [
     ("build-cache-max-mb", ["build", "{d}/plain", "--shape", SHAPE], {"MXNET_TENSORRT_CACHE_MAX_MB": "lots"},
      "MXNET_TENSORRT_CACHE_MAX_MB='lots'"),
     ("env-backend-unknown", ["partition", "{d}/plain", "--shape", SHAPE], {"MXNET_TENSORRT_BACKEND": "foo"},
-     "MXNET_TENSORRT_BACKEND='foo' is not one of ['onnxruntime', 'tensorrt', 'tensorrt_rtx']"),
+     "MXNET_TENSORRT_BACKEND='foo' is not one of ['onnxruntime', 'openvino', 'tensorrt', 'tensorrt_rtx']"),
     ("env-backend-missing", ["partition", "{d}/plain", "--shape", SHAPE], {"MXNET_TENSORRT_BACKEND": "tensorrt"},
      "MXNET_TENSORRT_BACKEND='tensorrt' cannot be used"),
     ("env-ort-threads", ["verify", "{d}/plain", "--shape", SHAPE], {"MXNET_TENSORRT_ORT_THREADS": "lots"},

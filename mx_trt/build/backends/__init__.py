@@ -4,11 +4,14 @@
 name                    engines                                        contexts
 ======================  =============================================  ==============
 ``onnxruntime``         ONNX Runtime, CPU execution provider            ``mx.cpu()``
+``openvino``            OpenVINO, CPU plugin (optional)                 ``mx.cpu()``
 ``tensorrt``            TensorRT 10+ (``tensorrt``)                     ``mx.gpu(i)``
 ``tensorrt_rtx``        TensorRT-RTX (``tensorrt_rtx_bindings``)        ``mx.gpu(i)``
 ======================  =============================================  ==============
 
-GPU contexts take the first available of ``tensorrt``, ``tensorrt_rtx``.
+CPU contexts take ``onnxruntime`` by default, ``openvino`` where ONNX Runtime is
+missing; the measured engine rule times both where both are installed. GPU
+contexts take the first available of ``tensorrt``, ``tensorrt_rtx``.
 """
 from __future__ import annotations
 
@@ -18,12 +21,14 @@ from typing import Dict, List, Optional, Type
 from mx_trt.errors import BackendUnavailableError
 from mx_trt.build.backends.base import Backend, Buffer, BuildOptions, Engine, TensorSpec
 from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.build.backends.openvino import OpenVinoBackend
 from mx_trt.build.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
 
 logger = logging.getLogger(__name__)
 
 BACKENDS: Dict[str, Type[Backend]] = {
     OnnxRuntimeBackend.name: OnnxRuntimeBackend,
+    OpenVinoBackend.name: OpenVinoBackend,
     TensorRTBackend.name: TensorRTBackend,
     TensorRTRTXBackend.name: TensorRTRTXBackend,
 }
@@ -34,7 +39,7 @@ __all__ = ["Backend", "Buffer", "BuildOptions", "Engine", "TensorSpec", "BACKEND
 #: Backends for each device type, in order of preference: the first available is the
 #: default (:func:`select_backend`), and the measured engine rule times every available one.
 PREFERENCE: Dict[str, List[str]] = {
-    "cpu": ["onnxruntime"],
+    "cpu": ["onnxruntime", "openvino"],
     "gpu": ["tensorrt", "tensorrt_rtx"],
 }
 

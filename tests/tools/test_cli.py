@@ -284,8 +284,11 @@ def test_build_fills_the_plan_cache(models, capsys, tmp_path):
 
 
 def test_build_and_partition_show_the_measured_decisions(models, capsys, tmp_path, monkeypatch):
+    from mx_trt.build import backends
     from mx_trt.pipeline import measure, plan
 
+    # One CPU candidate (ONNX Runtime), whether or not OpenVINO is installed: the expected lines name it.
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime"])
     # The model's tiny subgraphs go to the timer although the estimate would rule them out.
     monkeypatch.setattr(plan, "keep_worthwhile", lambda graph, part: part)
     # A deterministic timer: MXNet 2 ms, the engine 1 ms (the rule itself: tests/pipeline/test_measured.py).

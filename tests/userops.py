@@ -30,3 +30,27 @@ class _SquareProp(mx.operator.CustomOpProp):
 
 def square(x, name):
     return mx.sym.Custom(x, op_type="user_square", name=name)
+
+
+def register_doubling_op(op_type: str) -> str:
+    """Register, under ``op_type``, an inference-only Python custom operator that doubles its input; returns the name.
+
+    The tests that need "some operator no converter knows" (user converters, plugins, placeholders) share it.
+    """
+
+    class _Double(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] * 2)
+
+    @mx.operator.register(op_type)
+    class _DoubleProp(mx.operator.CustomOpProp):
+        def __init__(self):
+            super().__init__(need_top_grad=False)
+
+        def infer_shape(self, in_shape):
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx, shapes, dtypes):
+            return _Double()
+
+    return op_type

@@ -23,25 +23,12 @@ from mx_trt.export.converters import check
 from mx_trt.export.spec import OpSpec
 from tests.bindcheck import ATOL, RTOL, bind
 from tests.mxcheck import random_inputs
+from tests.userops import register_doubling_op
 
 SHAPES = {"data": (2, 8, 16, 16)}
 
 
-class _Double(mx.operator.CustomOp):
-    def forward(self, is_train, req, in_data, out_data, aux):
-        self.assign(out_data[0], req[0], in_data[0] * 2)
-
-
-@mx.operator.register("rel_shape")
-class _DoubleProp(mx.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=False)
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return _Double()
+register_doubling_op("rel_shape")
 
 
 def wrong(ctx):

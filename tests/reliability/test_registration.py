@@ -17,25 +17,12 @@ import mx_trt
 from mx_trt.export.converters.user import list_converters
 from tests.bindcheck import bind, native_reasons
 from tests.mxcheck import random_inputs
+from tests.userops import register_doubling_op
 
 SHAPES = {"data": (2, 3, 4, 4)}
 
 
-class _Double(mx.operator.CustomOp):
-    def forward(self, is_train, req, in_data, out_data, aux):
-        self.assign(out_data[0], req[0], in_data[0] * 2)
-
-
-@mx.operator.register("rel_reg")
-class _DoubleProp(mx.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=False)
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return _Double()
+register_doubling_op("rel_reg")
 
 
 def doubles(ctx):

@@ -16,25 +16,12 @@ import mx_trt
 from mx_trt.errors import EngineRunError, UnsupportedOpError
 from tests.bindcheck import ATOL, RTOL, bind
 from tests.mxcheck import random_inputs
+from tests.userops import register_doubling_op
 
 SHAPES = {"data": (2, 8, 4, 4)}
 
 
-class _Double(mx.operator.CustomOp):
-    def forward(self, is_train, req, in_data, out_data, aux):
-        self.assign(out_data[0], req[0], in_data[0] * 2)
-
-
-@mx.operator.register("rel_runtime")
-class _DoubleProp(mx.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=False)
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return _Double()
+register_doubling_op("rel_runtime")
 
 
 def breaks_the_kernel(ctx):

@@ -24,36 +24,48 @@
 #   restores it) had run before it;
 # - the executor must have built engines and run them (tests.compat.engines), and it runs one
 #   forward for that (the original ran none).
-# has_no_cycle is the original's. As written it can only return True (its loop recurses only
-# into nodes already visited, and none is at the start); it is kept as MXNet had it.
+# has_no_cycle is mended: MXNet's could only return True (its loop recursed only into nodes
+# already visited, and none was at the start; its recursion passed the parent instead of the
+# child; and it keyed nodes by handle values, which get_children makes anew at each call). The
+# assertion is the original's; the check behind it is now a depth-first search by node name that
+# fails on a back edge (test_has_no_cycle_can_fail below shows it can).
 
 import mxnet as mx
 from tests.compat.engines import assert_engines_ran
 from tests.compat.v14.common import *
 
 
-def detect_cycle_from(sym, visited, stack):
-    visited.add(sym.handle.value)
-    stack.add(sym.handle.value)
-    for s in sym.get_children():
-        if s.handle.value not in visited:
-            if detect_cycle_from(sym, visited, stack):
-                return True
-        elif s.handle.value in stack:
+def has_no_cycle(sym, children=None):
+    """True when no path from a node of ``sym`` comes back to it (``children``: node -> its inputs)."""
+    if children is None:
+        def children(s):
+            kids = s.get_children()
+            return [] if kids is None else list(kids)
+    state = {}  # name -> 1 on the current path, 2 done
+
+    def visit(s):
+        if state.get(s.name) == 1:
+            return False
+        if state.get(s.name) == 2:
             return True
-        stack.remove(sym.handle.value)
-    return False
+        state[s.name] = 1
+        ok = all(visit(c) for c in children(s))
+        state[s.name] = 2
+        return ok
+
+    return all(visit(s) for s in sym)
 
 
-def has_no_cycle(sym):
-    visited = set()
-    stack = set()
-    all_nodes = sym.get_internals()
-    for s in all_nodes:
-        if s.handle.value in visited:
-            if detect_cycle_from(s, visited, stack):
-                return False
-    return True
+def test_has_no_cycle_can_fail():
+    class Node:
+        def __init__(self, name):
+            self.name, self.inputs = name, []
+
+    a, b, c = Node("a"), Node("b"), Node("c")
+    a.inputs, b.inputs, c.inputs = [b], [c], [a]
+    assert not has_no_cycle([a], children=lambda n: n.inputs)
+    c.inputs = []
+    assert has_no_cycle([a], children=lambda n: n.inputs)
 
 
 def test_simple_cycle(monkeypatch):

@@ -46,9 +46,12 @@ from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_settings, grad_requests, load_weights, scoped_options
 from mx_trt.frontends.simple_bind import accelerated_simple_bind, weights_carried
 from mx_trt.graph import splice
-from mx_trt.graph.importer import inference_identity
+from mx_trt.export.subgraph import entry_name
+from mx_trt.graph.importer import graph_to_json, inference_identity
 from mx_trt.passes.ir import Entry, Graph, Node
+from mx_trt.passes.fuse import fuse
 from mx_trt.passes.partition import partition
+from mx_trt.pipeline.measure import subgraph_graph
 from mx_trt.runtime.fused_op import holds_fused_nodes
 
 logger = logging.getLogger(__name__)
@@ -185,37 +188,33 @@ def defer(sym: Any, options: Optional[Mapping[str, Any]] = None, params: Optiona
                         options=dict(options or {}), native_reason=native_reason)
     token = _new_token(captured)
     data = splice.load(sym.tojson())
-    regions: List[splice.Region] = []
+    graph = _ir(data)
+    subgraphs = []
     if native_reason is None and not holds_fused_nodes(sym):
         exclude = set(call_settings(options).exclude_ops) if options else set()
-        graph = _ir(data)
-        result = partition(graph, _unsupported(graph, exclude), MIN_REGION)
-        taken = {n.name for n in graph.nodes}
-        for k, sg in enumerate(result.subgraphs):
-            name = f"TensorRT_{k}"
-            while name in taken:
-                name += "_"
-            taken.add(name)
-            regions.append(splice.Region(nodes=tuple(sg.nodes), name=name))
-
-    def placeholder(region: splice.Region, bound: splice.Boundary, text: str) -> Tuple[Dict[str, Any], List[int]]:
+        subgraphs = partition(graph, _unsupported(graph, exclude), MIN_REGION).subgraphs
+    ensure_registered()
+    if not subgraphs:  # nothing to show as a region: the symbol as it is, the token on its outputs' nodes
+        for e in data["heads"]:
+            node = data["nodes"][int(e[0])]
+            node["attrs"] = {**(node.get("attrs") or {}), TOKEN_HIDDEN: token}
+        return mx.sym.load_json(json.dumps(data))
+    # The pass's own contraction: each region becomes one node (every variable stays an input).
+    fres = fuse(graph, subgraphs, frozenset(), fused_op="Custom")
+    extra: Dict[int, Dict[str, str]] = {}
+    for fs in fres.fused:
+        text = graph_to_json(subgraph_graph(graph, fs.subgraph.nodes, fs.inputs, fs.outputs))
         sub = mx.sym.load_json(text)
         args, aux = list(sub.list_arguments()), list(sub.list_auxiliary_states())
-        order = [bound.input_names.index(n) for n in args + aux]
-        node = {"op": "Custom", "name": region.name,
-                "attrs": {"op_type": PLACEHOLDER_OP, "mx_trt_subgraph": text, "mx_trt_args": json.dumps(args),
-                          "mx_trt_aux": json.dumps(aux), "mx_trt_token": token}}
-        return node, order
-
-    ensure_registered()
-    out = splice.collapse(data, regions, placeholder) if regions else dict(data)
-    if not regions:  # nothing to show as a region: the token rides on the outputs' nodes
-        for e in out["heads"]:
-            node = out["nodes"][int(e[0])]
-            node["attrs"] = {**(node.get("attrs") or {}), TOKEN_HIDDEN: token}
-    new = mx.sym.load_json(json.dumps(out))
+        inputs = [entry_name(graph, e) for e in fs.inputs]
+        node = fres.graph.nodes[fs.node_id]
+        node.inputs = tuple(node.inputs[inputs.index(n)] for n in args + aux)  # MXNet: arguments, then aux states
+        node.attrs = {}
+        extra[node.id] = {"op_type": PLACEHOLDER_OP, "mx_trt_subgraph": text, "mx_trt_args": json.dumps(args),
+                          "mx_trt_aux": json.dumps(aux), "mx_trt_token": token}
+    new = mx.sym.load_json(graph_to_json(fres.graph, extra))
     logger.info("TensorRT symbol: %d region(s) shown as placeholder nodes; engines are built at simple_bind "
-                "(%d weight(s) kept)", len(regions), len(captured.params))
+                "(%d weight(s) kept)", len(fres.fused), len(captured.params))
     return new
 
 

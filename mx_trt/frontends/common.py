@@ -18,7 +18,6 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeV
 
 from mx_trt.build.backends import Backend, select_backend
 from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError, PrecisionConflictError
-from mx_trt.runtime.fused_op import data_ptr
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -107,31 +106,6 @@ def grad_requests(grad_req: Any) -> List[Any]:
     if isinstance(grad_req, (list, tuple)):
         return list(grad_req)
     return [grad_req]
-
-
-def load_weights(exe: Any, buffer: Mapping[str, Any]) -> None:
-    """Give a natively bound executor the values of ``buffer`` (``shared_buffer``): arguments and aux states.
-
-    MXNet's ``simple_bind`` shares an argument's array with ``shared_buffer``
-    only where shape, dtype and context allow, and never takes aux states from
-    it. Every native bind that mx_trt makes on the user's behalf calls this, so
-    that a fallback computes what the accelerated bind would have: BatchNorm
-    statistics included. Arrays already sharing the buffer's memory are left
-    alone; a name whose shape differs is left to MXNet (it reallocated it).
-    """
-    import mxnet as mx
-
-    for target in (exe.arg_dict, exe.aux_dict):
-        for name, dst in target.items():
-            src = buffer.get(name)
-            if src is None or tuple(src.shape) != tuple(dst.shape):
-                continue
-            if isinstance(src, mx.nd.NDArray):
-                if src.context == dst.context and data_ptr(src) == data_ptr(dst):
-                    continue
-                src.copyto(dst)
-            else:
-                dst[:] = src
 
 
 def one_line(exc: BaseException) -> str:

@@ -43,7 +43,7 @@ from mx_trt.errors import ConversionError, MxTrtError
 from mx_trt.export.converters import registry
 from mx_trt.export.spec import OpSpec
 from mx_trt.frontends import hook
-from mx_trt.frontends.common import call_settings, grad_requests, load_weights, scoped_options
+from mx_trt.frontends.common import call_settings, grad_requests, scoped_options
 from mx_trt.frontends.simple_bind import accelerated_simple_bind, weights_carried
 from mx_trt.graph import splice
 from mx_trt.export.subgraph import entry_name
@@ -52,6 +52,7 @@ from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.fuse import fuse
 from mx_trt.passes.partition import partition
 from mx_trt.pipeline.measure import subgraph_graph
+from mx_trt.pipeline.weights import load_weights
 from mx_trt.runtime.fused_op import holds_fused_nodes
 
 logger = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ from mx_trt.frontends.common import (
     calibrating_bind,
     grad_requests,
     guarded,
-    load_weights,
 )
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
+from mx_trt.pipeline.weights import load_weights
 from mx_trt.runtime.fused_op import holds_fused_nodes
 
 logger = logging.getLogger(__name__)

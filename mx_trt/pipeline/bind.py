@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-import numpy as np
 
 from mx_trt.build.backends import candidate_backends
 from mx_trt.build.engines import EngineProvider, SubgraphJob
@@ -39,7 +38,7 @@ from mx_trt.pipeline.int8 import Int8Setup, int8_setup
 from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
-from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
+from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward, register_engine
 from mx_trt.settings import Settings
 
@@ -283,12 +282,7 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
                               shared_buffer=native_buf, **bind_shapes)
     # Native weights: shared_buffer arrays were reused where ctx/shape/dtype match;
     # copy the others, and aux states, which simple_bind never takes from shared_buffer.
-    for name in sorted(new_args):
-        if name in params and (name not in shapes or tuple(params[name].shape) == tuple(shapes[name])):
-            _copy_into(exe.arg_dict[name], params[name])
-    for name in sorted(new_aux):
-        if name in params:
-            _copy_into(exe.aux_dict[name], params[name])
+    load_weights(exe, params, strict_aux=True)
     exe._mx_trt = info
     guard_forward(exe, info.engines)
     return exe
@@ -470,19 +464,6 @@ class _Rebuilder:
         if ranges:
             self.ranges = ranges
         return got
-
-
-def _copy_into(dst: Any, src: Any) -> None:
-    import mxnet as mx
-
-    if isinstance(src, mx.nd.NDArray):
-        if src.handle.value == dst.handle.value:
-            return
-        if tuple(src.shape) != tuple(dst.shape):
-            raise ShapeError(f"shared_buffer value has shape {src.shape}, the executor needs {dst.shape}")
-        src.copyto(dst)
-    else:
-        dst[:] = np.asarray(src)
 
 
 def _op_summary(graph: Graph, nodes: Sequence[int]) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Set, cast
 import numpy as np
 
 from mx_trt.cache.fs import new_hasher
+from mx_trt.errors import ShapeError
 from mx_trt.runtime.fused_op import data_ptr
 
 
@@ -97,3 +98,37 @@ class LazyWeights(Mapping[str, np.ndarray]):
 def to_numpy(v: Any) -> np.ndarray:
     """A numpy array of an NDArray or array-like (a copy for NDArrays)."""
     return v.asnumpy() if hasattr(v, "asnumpy") else np.asarray(v)
+
+
+def load_weights(exe: Any, buffer: Mapping[str, Any], strict_aux: bool = False) -> None:
+    """Give a bound executor the values of ``buffer`` (``shared_buffer``): arguments and aux states.
+
+    MXNet's ``simple_bind`` shares an argument's array with ``shared_buffer``
+    only where shape, dtype and context allow, and never takes aux states from
+    it. The accelerated bind (for its native nodes) and every native bind that
+    mx_trt makes on the user's behalf call this, so that both compute with the
+    same weights, BatchNorm statistics included. Arrays already sharing the
+    buffer's memory are not copied; an argument whose shape differs is left to
+    MXNet (it reallocated it).
+
+    Raises:
+        ShapeError: with ``strict_aux``, an aux state's value has another shape than the executor's.
+    """
+    import mxnet as mx
+
+    for target, strict in ((exe.arg_dict, False), (exe.aux_dict, strict_aux)):
+        for name, dst in target.items():
+            src = buffer.get(name)
+            if src is None:
+                continue
+            if tuple(src.shape) != tuple(dst.shape):
+                if strict:
+                    raise ShapeError(f"shared_buffer value of {name!r} has shape {tuple(src.shape)}, "
+                                     f"the executor needs {tuple(dst.shape)}")
+                continue
+            if isinstance(src, mx.nd.NDArray):
+                if src.context == dst.context and data_ptr(src) == data_ptr(dst):
+                    continue
+                src.copyto(dst)
+            else:
+                dst[:] = np.asarray(src)

@@ -28,9 +28,10 @@ from typing import Any, Callable, Dict, List, Optional
 from mx_trt import patches
 from mx_trt.errors import MxTrtError
 from mx_trt.export.calibration import CalibrationTable
-from mx_trt.frontends.common import load_weights, one_line
+from mx_trt.frontends.common import one_line
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
+from mx_trt.pipeline.weights import load_weights
 from mx_trt.quantize.calibrate import Calibrator, float_settings
 
 logger = logging.getLogger(__name__)

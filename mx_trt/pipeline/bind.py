@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-
 from mx_trt.build.backends import candidate_backends
 from mx_trt.build.engines import EngineProvider, SubgraphJob
 from mx_trt.build.profiles import batch_ranges

@@ -46,7 +46,7 @@ BATCHES = (1, 8)
 
 def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tuple[int, ...]) -> Any:
     """The whole network as one static ONNX model, exported as a bind exports it."""
-    from mx_trt.build.backends import select_backend
+    from mx_trt.builder.backends import select_backend
     from mx_trt.export.dynamic import SubgraphExporter
     from mx_trt.passes.fuse import boundary
     from mx_trt.pipeline.plan import analyze
@@ -72,7 +72,7 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tup
 
 def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
     """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each."""
-    from mx_trt.build.backends import BACKENDS, BuildOptions
+    from mx_trt.builder.backends import BACKENDS, BuildOptions
     from mx_trt.settings import env_override
 
     out = {}
@@ -86,7 +86,7 @@ def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
 
 
 def _buffers(arrays: Sequence[np.ndarray]) -> List[Any]:
-    from mx_trt.build.backends import Buffer
+    from mx_trt.builder.backends import Buffer
 
     return [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in arrays]
 
@@ -152,7 +152,7 @@ def cold_binds(model: str, batch: int, repeats: int) -> Dict[str, List[float]]:
     import mxnet as mx
 
     import mx_trt
-    from mx_trt.build import backends, engines
+    from mx_trt.builder import backends, engines
     from mx_trt.settings import env_override
     from tests.models.test_model_zoo import zoo_model
 
@@ -195,7 +195,7 @@ def table(rows: Sequence[Dict[str, Any]]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from mx_trt.build.cpus import engine_threads
+    from mx_trt.builder.cpus import engine_threads
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS))

@@ -174,7 +174,7 @@ def bench_speed(models: Sequence[Tuple[str, int]], batches: Sequence[int], runs:
     """fp32 vs int8 engines vs native MXNet fp32 vs MXNet's oneDNN INT8, per model and batch."""
     import mxnet as mx
 
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
     from mx_trt.tools.cli.timing import forward_fn
     from tests.models.normalized import centered_cosine, normalized_zoo_model, smooth_images
 

@@ -140,7 +140,7 @@ def _native_reasons(info: Any, limit: int = 6) -> List[str]:
 
 def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[str, Any]]:
     """One row per model; see the module docstring."""
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
 
     builders = _builders()
     rows: List[Dict[str, Any]] = []
@@ -206,7 +206,7 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[
 
 def _equal_threads(model: Any) -> Any:
     """Native MXNet with the engines' thread count in a worker process, or ``None`` (logged) if it cannot run there."""
-    from mx_trt.build.cpus import engine_threads
+    from mx_trt.builder.cpus import engine_threads
     from mx_trt.settings import env_int
     from mx_trt.tools.native_process import NativeProcess
 

@@ -102,7 +102,7 @@ def _nms_alone(model: Any, rounds: int, which: int = -1) -> Dict[str, List[float
     op = mx.sym.contrib.box_nms(mx.sym.var("data"), **attrs)
     g = symbol_to_graph(op, {"data": cand.shape})
     exported = export_subgraph(g, g.op_nodes(), [Entry(0, 0)], list(g.heads), {})
-    from mx_trt.build.backends.onnxruntime import _session_options
+    from mx_trt.builder.backends.onnxruntime import _session_options
 
     sess = ort.InferenceSession(embedded_model(exported).SerializeToString(), _session_options(),
                                 providers=["CPUExecutionProvider"])

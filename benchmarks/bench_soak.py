@@ -88,7 +88,7 @@ def worker(variant: str, cycles: int, forwards: int) -> Dict[str, Any]:
     import numpy as np
 
     import mx_trt
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
     from mx_trt.frontends.hook import disabled
     from mx_trt.runtime import fused_op
 

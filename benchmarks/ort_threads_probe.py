@@ -1,7 +1,7 @@
 """ONNX Runtime session configurations on a quiet and on a busy machine, side by side in one process.
 
 Configurations: ``t0`` is the engines' default thread count (the CPUs the
-process may use, ``mx_trt.build.cpus``), ``t1``/``t2`` one and two intra-op
+process may use, ``mx_trt.builder.cpus``), ``t1``/``t2`` one and two intra-op
 threads, ``spin`` lets ONNX Runtime's threads spin after a run (the engines turn
 it off), ``dyn4``/``dyn1`` set ``session.dynamic_block_base`` (dynamic block
 sizes in its parallel loops). Run under ``taskset -c 0`` to see a process
@@ -54,8 +54,8 @@ def main() -> int:
     args = ap.parse_args()
     import mxnet as mx
 
-    from mx_trt.build.backends import onnxruntime as ortb
-    from mx_trt.build.engines import clear_pool
+    from mx_trt.builder.backends import onnxruntime as ortb
+    from mx_trt.builder.engines import clear_pool
     from mx_trt.settings import env_override
     from mx_trt.tools.cli.binding import WholeModelEngine, bind_accelerated, bind_native
     from mx_trt.tools.cli.checkpoint import Checkpoint

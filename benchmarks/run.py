@@ -154,7 +154,7 @@ def bench_partition(sizes: Sequence[int], reference_max: int, seed: int) -> List
 
 def _forget_engines() -> None:
     """Drop engines kept for reuse in this process, so the next bind gets them from disk or builds them."""
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
 
     engines.clear_pool()
     gc.collect()

@@ -1,6 +1,6 @@
 """The plugin's version: a leaf module, read by setup.py without importing the package.
 
-It keys the plan cache (:func:`mx_trt.build.engines.converter_fingerprint`) and is
+It keys the plan cache (:func:`mx_trt.builder.engines.converter_fingerprint`) and is
 written into exports' manifests.
 """
 

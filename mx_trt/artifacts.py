@@ -44,14 +44,14 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt._version import __version__
-from mx_trt.build.backends import BACKENDS, BuildOptions, select_backend
+from mx_trt.builder.backends import BACKENDS, BuildOptions, select_backend
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.cache import EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
-from mx_trt.build.engines import stored_engine_problem
+from mx_trt.builder.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind

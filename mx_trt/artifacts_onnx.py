@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from mx_trt.build.backends import BACKENDS, Backend
+from mx_trt.builder.backends import BACKENDS, Backend
 from mx_trt.errors import ExportError, NotConvertibleError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.int8 import Int8Report

@@ -20,7 +20,7 @@ def _isolated_engines(monkeypatch, tmp_path):
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
     try:
-        from mx_trt.build import engines
+        from mx_trt.builder import engines
     except ImportError:  # tests of passes/ alone do not need mx_trt
         yield
         return

@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Tuple
 import mxnet as mx
 import numpy as np
 
-from mx_trt.build.backends import select_backend
+from mx_trt.builder.backends import select_backend
 from mx_trt.export.subgraph import ExportedSubgraph, export_subgraph
 from mx_trt.passes.fuse import boundary
 from mx_trt.pipeline.plan import Plan, analyze

@@ -31,7 +31,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt.graph",),
     ("mx_trt.export",),
     ("mx_trt.cache",),
-    ("mx_trt.build",),
+    ("mx_trt.builder",),
     ("mx_trt.runtime",),
     ("mx_trt.pipeline",),
     ("mx_trt.frontends",),

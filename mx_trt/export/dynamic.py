@@ -1,7 +1,7 @@
 """Batch-dynamic export: a subgraph whose ONNX graph does not depend on the batch size.
 
 Only dimension 0, the batch, may vary; the profiles themselves come from
-:mod:`mx_trt.build.profiles`.
+:mod:`mx_trt.builder.profiles`.
 
 Whether a subgraph's export is really batch-independent is not guessed from the
 converters: the subgraph is exported at the bound batch ``B`` and again at

@@ -37,7 +37,7 @@ its Python functions and the bytes of its libraries) is part of the plan-cache
 key of every engine holding it, as for user converters.
 
 This module is export-layer bookkeeping only: the backends
-(:mod:`mx_trt.build.backends.ort_plugins`, :mod:`mx_trt.build.backends.tensorrt.plugins`)
+(:mod:`mx_trt.builder.backends.ort_plugins`, :mod:`mx_trt.builder.backends.tensorrt.plugins`)
 read the table through :func:`plugin_for_node` and :func:`plugins`.
 """
 from __future__ import annotations
@@ -174,7 +174,7 @@ class Plugin:
 _LOCK = threading.Lock()
 _PLUGINS: Dict[str, Plugin] = {}  # by op key
 #: (domain, op_type) -> signature of the onnxruntime-extensions Python op made for it in this
-#: process (by mx_trt.build.backends.ort_plugins): such an op cannot be replaced by one of
+#: process (by mx_trt.builder.backends.ort_plugins): such an op cannot be replaced by one of
 #: another signature until the process ends.
 _ORTX_SIGNATURES: Dict[Tuple[str, str], Tuple[Any, ...]] = {}
 #: ``domain::op_type`` -> the live engines holding that plugin's implementation (their own reference).

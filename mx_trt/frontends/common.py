@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
-from mx_trt.build.backends import Backend, select_backend
+from mx_trt.builder.backends import Backend, select_backend
 from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError, PrecisionConflictError
 from mx_trt.settings import Settings
 

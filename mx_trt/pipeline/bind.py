@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from mx_trt.build.backends import candidate_backends
-from mx_trt.build.engines import EngineProvider, SubgraphJob
-from mx_trt.build.profiles import batch_ranges
-from mx_trt.build.progress import BuildProgress
+from mx_trt.builder.backends import candidate_backends
+from mx_trt.builder.engines import EngineProvider, SubgraphJob
+from mx_trt.builder.profiles import batch_ranges
+from mx_trt.builder.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
 from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter

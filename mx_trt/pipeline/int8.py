@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from mx_trt.build.backends import Backend
+from mx_trt.builder.backends import Backend
 from mx_trt.errors import CalibrationError
 from mx_trt.export.calibration import CalibrationTable, activation_inputs, int8_exclusions, load_table
 from mx_trt.export.dynamic import Int8Export

@@ -10,7 +10,7 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    found there is applied without timing anything: MXNet, or the chosen engine
    (from the pool, the plan cache, or built).
 2. Otherwise every candidate engine is built (each backend of
-   :func:`~mx_trt.build.backends.candidate_backends`, at the precision asked for
+   :func:`~mx_trt.builder.backends.candidate_backends`, at the precision asked for
    and, for fp16 and int8, at fp32 as well) and bound as a fused node alone in an
    MXNet executor. The subgraph's own MXNet symbol is bound natively with the
    same weights, on the same input shapes (random inputs). After warm-up runs the
@@ -36,9 +36,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.backends.base import Engine
-from mx_trt.build.cpus import engine_threads
-from mx_trt.build.engines import EngineProvider, SubgraphJob
+from mx_trt.builder.backends.base import Engine
+from mx_trt.builder.cpus import engine_threads
+from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.cache import make_key
 from mx_trt.errors import CacheError, MxTrtError
 from mx_trt.export.subgraph import entry_name

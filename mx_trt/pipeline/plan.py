@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
-from mx_trt.build.backends import Backend, TensorRTBackend
+from mx_trt.builder.backends import Backend, TensorRTBackend
 from mx_trt.errors import ShapeError
 from mx_trt.export.converters import check as check_op
 from mx_trt.export.subgraph import op_spec

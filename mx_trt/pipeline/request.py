@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Tuple
 
-from mx_trt.build.backends import Backend
+from mx_trt.builder.backends import Backend
 from mx_trt.settings import Settings
 
 #: MXNet's own ``simple_bind`` with the symbol first:

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.progress import TerminalLine, bar
+from mx_trt.builder.progress import TerminalLine, bar
 from mx_trt.errors import CalibrationError, MxTrtError
 from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, check_writable_table, graph_digest
 from mx_trt.export.subgraph import entry_name

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt import patches
-from mx_trt.build.backends.base import Buffer, Engine
+from mx_trt.builder.backends.base import Buffer, Engine
 from mx_trt.errors import EngineRunError, MxTrtError, ShapeError
 
 logger = logging.getLogger(__name__)

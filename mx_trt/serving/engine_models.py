@@ -21,7 +21,7 @@ import os
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.artifacts_onnx import describe_refusal, save_onnx, whole_model
-from mx_trt.build.backends import Backend, BuildOptions
+from mx_trt.builder.backends import Backend, BuildOptions
 from mx_trt.errors import MxTrtError, NotConvertibleError, ServeError
 from mx_trt.export.subgraph import ExportedSubgraph
 from mx_trt.serving.executors import TensorSpec

@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from mx_trt.frontends.contrib import bind_info
-from mx_trt.build.cpus import engine_threads
-from mx_trt.build.engines import clear_pool
+from mx_trt.builder.cpus import engine_threads
+from mx_trt.builder.engines import clear_pool
 from mx_trt.settings import env_int
 from mx_trt.tools.cli.timing import forward_fn, measure
 from mx_trt.tools.native_process import NativeProcess

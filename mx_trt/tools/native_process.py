@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.cpus import engine_threads
+from mx_trt.builder.cpus import engine_threads
 
 #: The worker ends after this long without a request.
 IDLE_SECONDS = 600.0

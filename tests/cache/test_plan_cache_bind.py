@@ -13,7 +13,7 @@ import pytest
 
 import mx_trt
 from mx_trt.frontends.hook import disabled
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.runtime.fused_op import data_ptr
 from tests.mxcheck import OP_TOL, random_params
 
@@ -116,7 +116,7 @@ def test_disabled_cache_writes_nothing(monkeypatch, tmp_path):
 
 def test_cold_bind_runs_the_engine_it_stored(monkeypatch, tmp_path, caplog):
     """ONNX Runtime: a cold bind runs its stored form (weights fed from the caller's memory), as a warm one will."""
-    from mx_trt.build.backends import onnxruntime as ort_backend
+    from mx_trt.builder.backends import onnxruntime as ort_backend
 
     cache_dir, sym, args, aux, x = _setup(monkeypatch, tmp_path)
     with disabled():

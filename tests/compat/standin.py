@@ -37,7 +37,7 @@ SEED = 0
 
 def check_cpu_backend() -> None:
     """Fail unless mx_trt's CPU engine backend can be used."""
-    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 
     reason = OnnxRuntimeBackend.unavailable_reason()
     assert reason is None, f"mx_trt's CPU backend is not available: {reason}"

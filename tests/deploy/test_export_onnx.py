@@ -22,7 +22,7 @@ from mxnet.gluon.model_zoo import vision
 
 import mx_trt
 from mx_trt.artifacts_onnx import EXPORT_OPSET, MAX_OPSET, MIN_OPSET
-from mx_trt.build.backends import BACKENDS
+from mx_trt.builder.backends import BACKENDS
 from mx_trt.errors import CalibrationError, ExportError, NotConvertibleError
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest

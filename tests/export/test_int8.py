@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 import mx_trt
 
-from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.export.calibration import TensorRange
 from mx_trt.export.int8 import TENSORRT_STYLE, Int8Style, quantize_int8, quantize_weight
 from mx_trt.export.subgraph import embedded_model

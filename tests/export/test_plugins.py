@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.export.plugins import model_plugins, plugin_for_node, plugins
 from mx_trt.tools.cli.main import main
 from tests.bindcheck import ATOL, RTOL, bind, compare, native_reasons as reasons

@@ -19,7 +19,7 @@ import mxnet as mx
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.tools.cli.main import main
 from tests.bindcheck import compare, conv_relu, native_reasons as _reasons
 from tests.mxcheck import random_params
@@ -264,7 +264,7 @@ def test_cli_import_and_list_converters(tmp_path, capsys):
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 def test_user_converters_build_in_the_trt_rtx_gate(fp16, monkeypatch, tmp_path):
     """The whole graph, custom operators included, parses and builds with TensorRT-RTX's builder."""
-    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings

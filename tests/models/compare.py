@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.backends.base import Buffer
+from mx_trt.builder.backends.base import Buffer
 from mx_trt.passes.fuse import boundary
 from mx_trt.passes.ir import Entry
 

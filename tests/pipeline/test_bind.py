@@ -98,7 +98,7 @@ def test_copy_params_from_full_dicts(monkeypatch):
 
 
 def test_failed_engine_build_leaves_subgraph_native(monkeypatch, caplog):
-    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
     from mx_trt.errors import EngineBuildError
 
     def boom(self, exported, options):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.frontends.gluon import bind_infos
 from mx_trt.errors import CalibrationError, MxTrtError
 from mx_trt.settings import Settings, set_use_fp16

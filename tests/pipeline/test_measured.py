@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import backends
+from mx_trt.builder import backends
 from mx_trt.pipeline import measure
 from tests.bindcheck import ATOL, RTOL, bind, conv_relu
 from tests.mxcheck import random_inputs, random_params
@@ -47,7 +47,7 @@ class StubTimer:
 @pytest.fixture
 def measured(monkeypatch):
     # One CPU candidate (ONNX Runtime), so that the stub timers' lists are per precision;
-    # tests/build/test_openvino_backend.py times OpenVINO beside it.
+    # tests/builder/test_openvino_backend.py times OpenVINO beside it.
     monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime"])
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
@@ -111,7 +111,7 @@ def test_fp16_faster_than_fp32_is_kept(monkeypatch, measured):
 
 
 def test_warm_bind_reuses_decisions_without_timing(monkeypatch, measured):
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
 
     first = StubTimer(3.0, [1.0])
     info = _run(monkeypatch, first)
@@ -129,7 +129,7 @@ def test_warm_bind_reuses_decisions_without_timing(monkeypatch, measured):
 
 def test_stored_native_decision_builds_nothing(monkeypatch, measured):
     _run(monkeypatch, StubTimer(1.0, [2.0]))
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
 
     engines.clear_pool()
 
@@ -186,7 +186,7 @@ def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
         assert (d.engine is None) == (d.subgraph in info.native_failures)
     assert info.timings["measure"] > 0
 
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
 
     engines.clear_pool()
 
@@ -291,8 +291,8 @@ def test_measured_rule_needs_a_cache_and_a_native_bind(caplog):
 
 def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
     """A second CPU backend (here ONNX Runtime again under another name) is a candidate beside the default."""
-    from mx_trt.build import backends
-    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.builder import backends
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 
     class Other(OnnxRuntimeBackend):
         name = "other_cpu"

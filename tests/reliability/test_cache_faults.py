@@ -34,8 +34,8 @@ import pytest
 
 import mx_trt
 from mx_trt.frontends.hook import disabled
-from mx_trt.build import engines
-from mx_trt.build.backends import onnxruntime as ort_backend
+from mx_trt.builder import engines
+from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.cache import EngineCache, make_key
 from mx_trt.errors import CacheError, ExportError
 from mx_trt.tools.cli.main import main as cli_main
@@ -561,7 +561,7 @@ _KILLED = """
     if point == "fsync":            # inside the cache's put, writing the entry's files
         os.fsync = die
     elif point == "save":           # the engine is built, its files are being saved
-        from mx_trt.build.backends import onnxruntime as o
+        from mx_trt.builder.backends import onnxruntime as o
         o.OrtEngine.save = die
     elif point == "session":        # inside ONNX Runtime's session creation
         import onnxruntime

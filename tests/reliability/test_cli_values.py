@@ -32,7 +32,7 @@ import pytest
 
 import mx_trt
 from mx_trt import settings as mx_settings
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.errors import BackendUnavailableError, MxTrtError, ShapeError
 from mx_trt.tools.cli import checkpoint as cli_checkpoint
 from mx_trt.tools.cli.main import main

@@ -22,7 +22,7 @@ import mxnet as mx
 import numpy as np
 
 import mx_trt
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.runtime import fused_op
 from tests.mxcheck import random_params
 
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent("""
     import mxnet as mx
     import numpy as np
     import mx_trt
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
     from mx_trt.runtime import fused_op
 
     def rss():

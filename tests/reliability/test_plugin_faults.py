@@ -123,7 +123,7 @@ def test_a_faulty_plugin_function_fails_one_forward_and_the_executor_keeps_worki
 
 @pytest.fixture
 def host_trt(monkeypatch):
-    from mx_trt.build.backends.tensorrt import cuda
+    from mx_trt.builder.backends.tensorrt import cuda
     from tests.build.test_plugin_backends import FakeHostTrt
 
     monkeypatch.setattr(cuda, "stream_synchronize", lambda stream: None)
@@ -143,8 +143,8 @@ def _desc(shape):
     (lambda x: x[:, :1], "output 0 has shape (2, 1), MXNet infers (2, 3)"),
 ])
 def test_a_host_function_never_raises_into_tensorrt_and_the_run_raises_after(host_trt, body, text):
-    from mx_trt.build.backends import plugin_runs
-    from mx_trt.build.backends.tensorrt import plugins as trt_plugins
+    from mx_trt.builder.backends import plugin_runs
+    from mx_trt.builder.backends.tensorrt import plugins as trt_plugins
 
     p = mx_trt.register_plugin("Custom:rel_host", domain="rel.ops", op_type="Host",
                                tensorrt=mx_trt.HostFunction(body))
@@ -165,7 +165,7 @@ def test_a_fault_on_a_thread_with_no_run_open_is_raised_by_the_next_run():
     """A backend calling back from a thread of its own must not make a fault silent."""
     import threading
 
-    from mx_trt.build.backends import plugin_runs
+    from mx_trt.builder.backends import plugin_runs
 
     def boom(x):
         raise ValueError("off the run's thread")

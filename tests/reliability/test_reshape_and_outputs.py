@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
-from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.builder import engines
+from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.errors import ParamMismatchError, ShapeError
 from mx_trt.frontends.hook import disabled
 from tests.build.test_profiles import cnn

@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as np
 import onnxruntime as ort
 
-from mx_trt.build.backends import BACKENDS
+from mx_trt.builder.backends import BACKENDS
 from mx_trt.serving.engine_models import PLAN_FILE, PLAN_INFO, whole_model_export, write_onnx_model, write_plan_model
 from mx_trt.serving.executors import TensorSpec, output_specs
 from mx_trt.tools.cli.main import main

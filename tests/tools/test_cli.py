@@ -21,7 +21,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.build.backends import onnxruntime as ort_backend
+from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.tools.cli.main import main
 from mx_trt.tools.cli.timing import Progress
 from tests import userops
@@ -284,7 +284,7 @@ def test_build_fills_the_plan_cache(models, capsys, tmp_path):
 
 
 def test_build_and_partition_show_the_measured_decisions(models, capsys, tmp_path, monkeypatch):
-    from mx_trt.build import backends
+    from mx_trt.builder import backends
     from mx_trt.pipeline import measure, plan
 
     # One CPU candidate (ONNX Runtime), whether or not OpenVINO is installed: the expected lines name it.

@@ -26,7 +26,7 @@ from mx_trt.tools.cli.options import (
     with_batch,
 )
 from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
-from mx_trt.build.cpus import engine_threads
+from mx_trt.builder.cpus import engine_threads
 from mx_trt.settings import env_int
 from mx_trt.tools.native_process import NativeProcess
 

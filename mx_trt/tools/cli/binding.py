@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from mx_trt.build.backends import Buffer
+from mx_trt.builder.backends import Buffer
 from mx_trt.frontends.hook import disabled, original_simple_bind
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from mx_trt.build import engines
+from mx_trt.builder import engines
 from mx_trt.cache import ENV_DIR, EngineCache
 from mx_trt.errors import MxTrtError
 from mx_trt.pipeline.int8 import subgraph_precisions

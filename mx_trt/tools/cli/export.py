@@ -8,8 +8,8 @@ import tempfile
 from typing import Any, List, Tuple
 
 from mx_trt.artifacts import export_model
-from mx_trt.build.backends import BACKENDS
-from mx_trt.build.backends.tensorrt import TensorRTBackend
+from mx_trt.builder.backends import BACKENDS
+from mx_trt.builder.backends.tensorrt import TensorRTBackend
 from mx_trt.errors import MxTrtError
 from mx_trt.serving.engine_models import variants_note, whole_model_export, write_onnx_model, write_plan_model
 from mx_trt.serving.repository import replace_problem, write_python_model

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Dict, List, Mapping, Tuple
 
-from mx_trt.build.backends import select_backend
+from mx_trt.builder.backends import select_backend
 from mx_trt.errors import BackendUnavailableError, MxTrtError
 from mx_trt.settings import Settings
 

@@ -314,7 +314,7 @@ def _gate_cases() -> Dict[str, Tuple[object, Dict[str, Tuple[int, ...]], str]]:
 def test_trt_rtx_gate(name, fp16, rows, monkeypatch):
     """The ONNX form (TopK in chunks, CumSum, ScatterElements, either Loop) parses and builds with TensorRT-RTX."""
     monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0 if rows else 1 << 30)
-    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings

@@ -15,7 +15,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.export.converters import registry
@@ -441,8 +441,8 @@ def test_trt_rtx_builds(name, fp16, trt_rtx):
                          ids=["argsort", "sort", "topk"])
 def test_topk_limit_is_tensorrts_alone(make):
     """k above TensorRT's TopK limit keeps the op native for the TensorRT backends only."""
-    from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
-    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
     from mx_trt.pipeline.plan import support
     from mx_trt.graph.importer import symbol_to_graph
     from mx_trt.settings import Settings

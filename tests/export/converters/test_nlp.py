@@ -14,7 +14,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.export.converters.registry import OpSpec, check

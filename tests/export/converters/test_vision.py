@@ -331,7 +331,7 @@ GATE = sorted(_gate_cases())
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", GATE)
 def test_trt_rtx_gate(name, fp16, monkeypatch):
-    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from mx_trt.passes.ir import Entry, Graph
 
 from mx_trt._version import __version__
-from mx_trt.build.backends.base import Backend, BatchRange, BuildOptions, Engine
+from mx_trt.builder.backends.base import Backend, BatchRange, BuildOptions, Engine
 from mx_trt.cache import make_key, sweep_orphans
 from mx_trt.errors import CacheError, EngineBuildError
 from mx_trt.export.converters import user_fingerprint
@@ -50,8 +50,8 @@ KEY_FORMAT = 3  # 2: weight digests are xxh3-128 with dtype and shape; ORT entri
 def converter_fingerprint() -> str:
     """sha256 of the code that decides what an exported subgraph and its engine look like."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = [os.path.join(package, "build", "profiles.py")]
-    for sub in (("export",), ("build", "backends")):
+    files = [os.path.join(package, "builder", "profiles.py")]
+    for sub in (("export",), ("builder", "backends")):
         top = os.path.join(package, *sub)
         for root, dirs, names in os.walk(top):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")

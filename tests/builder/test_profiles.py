@@ -15,7 +15,7 @@ import pytest
 import mx_trt
 from mx_trt.frontends.hook import disabled
 from mx_trt.errors import ShapeError
-from mx_trt.build.profiles import batch_ranges
+from mx_trt.builder.profiles import batch_ranges
 from mx_trt.settings import Settings
 from tests.mxcheck import OP_TOL, random_params
 

@@ -43,7 +43,7 @@ _loggers_lock = threading.Lock()
 def logger_for(mod: Any) -> Any:
     """One ``ILogger`` per module for the whole process (TensorRT keeps the first logger it is given).
 
-    It forwards to :mod:`logging` (``mx_trt.build.backends.tensorrt.logs``; TensorRT's
+    It forwards to :mod:`logging` (``mx_trt.builder.backends.tensorrt.logs``; TensorRT's
     INFO and VERBOSE at DEBUG) and feeds the active ``capture(quiet=False)``
     blocks, whose lines go into error messages. Thread-safe.
     """

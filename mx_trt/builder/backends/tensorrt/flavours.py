@@ -22,8 +22,8 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Protocol
 
 from mx_trt.errors import MxTrtError
-from mx_trt.build.backends.tensorrt import cuda
-from mx_trt.build.backends.tensorrt.caches import RuntimeCache
+from mx_trt.builder.backends.tensorrt import cuda
+from mx_trt.builder.backends.tensorrt.caches import RuntimeCache
 
 if TYPE_CHECKING:
     import tensorrt as trt

@@ -25,15 +25,15 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build.backends import BACKENDS, Buffer, BuildOptions, select_backend
-from mx_trt.build.backends.base import TensorSpec
-from mx_trt.build.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine, cuda, load_engine
-from mx_trt.build.backends.tensorrt.builder import workspace_limit
-from mx_trt.build.backends.tensorrt.caches import load_timing_cache
-from mx_trt.build.backends.tensorrt.diagnostics import parser_error_messages
-from mx_trt.build.backends.tensorrt.flavours import rtx_specialization
-from mx_trt.build.backends.tensorrt.logs import LogCapture, logger_for
-from mx_trt.build.backends.tensorrt.shapes import (
+from mx_trt.builder.backends import BACKENDS, Buffer, BuildOptions, select_backend
+from mx_trt.builder.backends.base import TensorSpec
+from mx_trt.builder.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, TrtEngine, cuda, load_engine
+from mx_trt.builder.backends.tensorrt.builder import workspace_limit
+from mx_trt.builder.backends.tensorrt.caches import load_timing_cache
+from mx_trt.builder.backends.tensorrt.diagnostics import parser_error_messages
+from mx_trt.builder.backends.tensorrt.flavours import rtx_specialization
+from mx_trt.builder.backends.tensorrt.logs import LogCapture, logger_for
+from mx_trt.builder.backends.tensorrt.shapes import (
     batch_rule_output_shapes,
     context_output_shapes,
     dims_tuple,
@@ -336,7 +336,7 @@ def test_parser_errors_name_the_mxnet_node(rtx, caplog):
     conv = next(n for n in ex.model.graph.node if n.op_type == "Conv")
     assert ex.origin[conv.name] == "a_conv"
     conv.op_type = "NoSuchOnnxOp"
-    with caplog.at_level(logging.ERROR, logger="mx_trt.build.backends.tensorrt"):
+    with caplog.at_level(logging.ERROR, logger="mx_trt.builder.backends.tensorrt"):
         with pytest.raises(EngineBuildError) as info:
             build(ex)
     msg = str(info.value)
@@ -495,7 +495,7 @@ def test_timing_cache_is_written_and_reloaded(rtx, tmp_path, caplog):
     build(tiny(), timing_cache_path=str(path))  # reads it back (RTX may decline it without a GPU: a warning)
     assert path.read_bytes()
     path.write_bytes(b"garbage" * 100)
-    with caplog.at_level(logging.DEBUG, logger="mx_trt.build.backends.tensorrt"):
+    with caplog.at_level(logging.DEBUG, logger="mx_trt.builder.backends.tensorrt"):
         eng = build(tiny(), timing_cache_path=str(path))
     assert eng.plan
     # One line says what happened (INFO: TensorRT-RTX does not use timing caches); TensorRT's own
@@ -574,7 +574,7 @@ def test_running_without_a_device_is_a_clear_error(rtx):
 
 def test_bind_pass_builds_stores_and_reloads_engines(rtx, monkeypatch):
     """The bind pass with this backend, up to the forward (which needs a device): build, reuse, plan cache, reshape."""
-    from mx_trt.build import engines
+    from mx_trt.builder import engines
     from mx_trt.frontends.hook import original_simple_bind
     from mx_trt.pipeline.bind import bind
 
@@ -922,8 +922,8 @@ def test_int8_flag_only_for_weakly_typed_networks():
     """Strongly typed networks read INT8 from their Q/DQ pairs; weakly typed ones need the INT8 builder flag."""
     import types as pytypes
 
-    from mx_trt.build.backends.base import BuildOptions
-    from mx_trt.build.backends.tensorrt.builder import _config
+    from mx_trt.builder.backends.base import BuildOptions
+    from mx_trt.builder.backends.tensorrt.builder import _config
 
     class Config:
         def __init__(self):

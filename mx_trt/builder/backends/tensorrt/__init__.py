@@ -58,8 +58,8 @@ no cap, TensorRT may use what the device has).
 """
 from __future__ import annotations
 
-from mx_trt.build.backends.tensorrt.backend import TensorRTBackend, TensorRTRTXBackend, backend_for, load_engine
-from mx_trt.build.backends.tensorrt.engine import TrtEngine
-from mx_trt.build.backends.tensorrt.runtime import TrtRunner
+from mx_trt.builder.backends.tensorrt.backend import TensorRTBackend, TensorRTRTXBackend, backend_for, load_engine
+from mx_trt.builder.backends.tensorrt.engine import TrtEngine
+from mx_trt.builder.backends.tensorrt.runtime import TrtRunner
 
 __all__ = ["TensorRTBackend", "TensorRTRTXBackend", "TrtEngine", "TrtRunner", "backend_for", "load_engine"]

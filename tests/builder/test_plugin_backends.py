@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build.backends import ort_plugins
-from mx_trt.build.backends.tensorrt import builder, plugins as trt_plugins
+from mx_trt.builder.backends import ort_plugins
+from mx_trt.builder.backends.tensorrt import builder, plugins as trt_plugins
 from mx_trt.errors import EngineBuildError
 from mx_trt.export.plugins import plugin_for_node
 from tests.export.test_plugins import resnet_like, sparsemax
@@ -123,7 +123,7 @@ def test_before_a_deserialization_every_plugin_of_the_backend_is_loaded(caplog):
 
 
 def _rtx():
-    from mx_trt.build.backends.tensorrt import TensorRTRTXBackend
+    from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend
 
     backend = TensorRTRTXBackend()
     reason = backend.build_unavailable_reason()
@@ -160,7 +160,7 @@ def _export_for(backend):
 
 
 def test_tensorrt_rtx_build_checks_the_creator_before_its_parser(monkeypatch):
-    from mx_trt.build.backends.base import BuildOptions
+    from mx_trt.builder.backends.base import BuildOptions
 
     backend = _rtx()
     _register(tensorrt_rtx=lambda trt: None)  # a registrar that registers nothing
@@ -223,7 +223,7 @@ def test_the_extensions_op_calls_the_current_function_in_declared_types():
     assert out.dtype == np.float32 and out.tolist() == [[2.0, 2.0]]
     _register(onnxruntime=lambda x, scale: (x, x))  # a new version: same op, new function
     # The dispatcher never raises into ONNX Runtime: the fault goes to the run's side channel.
-    from mx_trt.build.backends import plugin_runs
+    from mx_trt.builder.backends import plugin_runs
 
     with plugin_runs.watching() as run:
         out = call(np.ones((1, 2), np.float32), scale=2.0)
@@ -288,7 +288,7 @@ def _desc(shape, type_=0, fmt="linear"):
 
 
 def test_host_plugin_registers_a_creator_that_builds_and_runs_the_numpy_function(monkeypatch):
-    from mx_trt.build.backends.tensorrt import cuda, host_plugin
+    from mx_trt.builder.backends.tensorrt import cuda, host_plugin
 
     p = _register(tensorrt=mx_trt.HostFunction(sparsemax))
     trt = FakeHostTrt()
@@ -333,7 +333,7 @@ def test_host_plugin_registers_a_creator_that_builds_and_runs_the_numpy_function
 
 
 def test_a_new_version_of_a_host_plugin_replaces_its_creator():
-    from mx_trt.build.backends.tensorrt import host_plugin
+    from mx_trt.builder.backends.tensorrt import host_plugin
 
     trt = FakeHostTrt()
     p1 = _register(tensorrt=mx_trt.HostFunction(sparsemax))

@@ -35,11 +35,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.cpus import engine_threads
+from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
 from mx_trt.export.spec import OpSpec
-from mx_trt.build.backends.base import (
+from mx_trt.builder.backends.base import (
     Backend,
     BatchRange,
     Buffer,

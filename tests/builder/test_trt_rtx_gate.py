@@ -46,12 +46,12 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mx_trt.build.backends.base import BuildOptions
-from mx_trt.build.backends.tensorrt import TensorRTRTXBackend, TrtEngine, cuda, load_engine
-from mx_trt.build.backends.tensorrt import builder as trt_builder
-from mx_trt.build.backends.tensorrt import engine as trt_engine
-from mx_trt.build.backends.tensorrt.logs import LogCapture
-from mx_trt.build.backends.tensorrt.refit import refit_engine, weight_stats
+from mx_trt.builder.backends.base import BuildOptions
+from mx_trt.builder.backends.tensorrt import TensorRTRTXBackend, TrtEngine, cuda, load_engine
+from mx_trt.builder.backends.tensorrt import builder as trt_builder
+from mx_trt.builder.backends.tensorrt import engine as trt_engine
+from mx_trt.builder.backends.tensorrt.logs import LogCapture
+from mx_trt.builder.backends.tensorrt.refit import refit_engine, weight_stats
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.errors import EngineBuildError, EngineRunError, MxTrtError
@@ -322,7 +322,7 @@ def test_without_a_device_plans_keep_their_weights_and_the_stripped_build_is_tri
     real = trt_builder.set_strip_flags
     monkeypatch.setattr(trt_builder, "set_strip_flags", lambda mod, config, on: tries.append(on) or real(mod, config, on))
     ex = export_one(mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc"), {"data": (2, 3, 8, 8)})
-    with caplog.at_level(logging.DEBUG, logger="mx_trt.build.backends.tensorrt"):
+    with caplog.at_level(logging.DEBUG, logger="mx_trt.builder.backends.tensorrt"):
         first = backend.build(ex, BuildOptions(name="first"))
         second = backend.build(ex, BuildOptions(name="second"))
     if first.stripped:
@@ -567,7 +567,7 @@ def test_a_weight_tensorrt_names_otherwise_makes_the_plan_keep_its_weights(backe
     names = [t.name for t in ex.model.graph.initializer]
     pretend_a_device(monkeypatch, rtx, FakeCudaEngine(names + ["(Unnamed Layer* 4) [Constant]_weights"]))
     tries = pretend_stripped_builds(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="mx_trt.build.backends.tensorrt"):
+    with caplog.at_level(logging.WARNING, logger="mx_trt.builder.backends.tensorrt"):
         eng = backend.build(ex, BuildOptions(name="conv"))
     assert tries == [True, False] and not eng.stripped and eng._cuda_engine is None
     reason = eng.meta()["unstripped_reason"]
@@ -587,7 +587,7 @@ def test_a_failed_stripped_build_on_a_device_falls_back_with_a_warning(backend, 
 
     monkeypatch.setattr(trt_builder, "_serialize", serialize)
     ex = conv_net()
-    with caplog.at_level(logging.WARNING, logger="mx_trt.build.backends.tensorrt"):
+    with caplog.at_level(logging.WARNING, logger="mx_trt.builder.backends.tensorrt"):
         eng = backend.build(ex, BuildOptions(name="conv"))
         again = backend.build(ex, BuildOptions(name="conv"))
     assert not eng.stripped and not again.stripped

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import EngineBuildError, ShapeError
-from mx_trt.build.backends.base import Shape, TensorSpec
+from mx_trt.builder.backends.base import Shape, TensorSpec
 
 #: ``(min_shape, opt_shape, max_shape)`` per input name.
 Profile = Dict[str, Tuple[Shape, Shape, Shape]]

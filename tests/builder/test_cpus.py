@@ -1,11 +1,11 @@
-"""mx_trt.build.cpus: the CPUs a process may use, from its affinity and a fake cgroup tree."""
+"""mx_trt.builder.cpus: the CPUs a process may use, from its affinity and a fake cgroup tree."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from mx_trt.build import cpus
+from mx_trt.builder import cpus
 
 
 def _write(path, text):
@@ -86,7 +86,7 @@ def test_this_process_matches_its_affinity():
 
 
 def test_onnxruntime_engines_use_the_usable_cpus(monkeypatch):
-    from mx_trt.build.backends import onnxruntime as ortb
+    from mx_trt.builder.backends import onnxruntime as ortb
 
     monkeypatch.delenv("MXNET_TENSORRT_ORT_THREADS", raising=False)
     monkeypatch.setattr(ortb, "engine_threads", lambda: 3)

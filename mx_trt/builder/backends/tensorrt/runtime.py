@@ -14,13 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from mx_trt.errors import EngineRunError, ShapeError
-from mx_trt.build.backends.base import Buffer, Shape, TensorSpec
-from mx_trt.build.backends.plugin_runs import watching
-from mx_trt.build.backends.tensorrt import cuda
-from mx_trt.build.backends.tensorrt.caches import RuntimeCache
-from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
-from mx_trt.build.backends.tensorrt.logs import logger_for
-from mx_trt.build.backends.tensorrt.shapes import context_output_shapes
+from mx_trt.builder.backends.base import Buffer, Shape, TensorSpec
+from mx_trt.builder.backends.plugin_runs import watching
+from mx_trt.builder.backends.tensorrt import cuda
+from mx_trt.builder.backends.tensorrt.caches import RuntimeCache
+from mx_trt.builder.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
+from mx_trt.builder.backends.tensorrt.logs import logger_for
+from mx_trt.builder.backends.tensorrt.shapes import context_output_shapes
 
 if TYPE_CHECKING:
     import tensorrt as trt

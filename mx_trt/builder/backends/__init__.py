@@ -19,10 +19,10 @@ import logging
 from typing import Dict, List, Optional, Type
 
 from mx_trt.errors import BackendUnavailableError
-from mx_trt.build.backends.base import Backend, Buffer, BuildOptions, Engine, TensorSpec
-from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
-from mx_trt.build.backends.openvino import OpenVinoBackend
-from mx_trt.build.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
+from mx_trt.builder.backends.base import Backend, Buffer, BuildOptions, Engine, TensorSpec
+from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.builder.backends.openvino import OpenVinoBackend
+from mx_trt.builder.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
 
 logger = logging.getLogger(__name__)
 

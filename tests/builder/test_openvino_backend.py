@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
-from mx_trt.build.backends import BACKENDS, select_backend
-from mx_trt.build.backends import openvino as ov_backend
-from mx_trt.build.backends.base import BuildOptions
-from mx_trt.build.backends.onnxruntime import OnnxRuntimeBackend
-from mx_trt.build.cpus import engine_threads
+from mx_trt.builder import engines
+from mx_trt.builder.backends import BACKENDS, select_backend
+from mx_trt.builder.backends import openvino as ov_backend
+from mx_trt.builder.backends.base import BuildOptions
+from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import BackendUnavailableError, EngineBuildError
 from mx_trt.frontends.hook import disabled
 from tests.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn

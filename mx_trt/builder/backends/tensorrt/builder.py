@@ -31,17 +31,17 @@ from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, MxTrtError
 from mx_trt.export.plugins import model_plugins
 from mx_trt.export.subgraph import save_model
-from mx_trt.build.backends.base import BuildOptions, Shape
-from mx_trt.build.backends.tensorrt import cuda
-from mx_trt.build.backends.tensorrt.caches import load_timing_cache, save_timing_cache
-from mx_trt.build.backends.tensorrt.diagnostics import mentioned_mx_nodes, parser_error_messages
-from mx_trt.build.backends.tensorrt.engine import TrtEngine
-from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
-from mx_trt.build.backends.tensorrt.logs import logger_for
-from mx_trt.build.backends.tensorrt.meta import describe_engine, onnx_dims
-from mx_trt.build.backends.tensorrt.plugins import load_plugins
-from mx_trt.build.backends.tensorrt.refit import WeightsSource, missing_strip_flags, set_strip_flags, weights_source
-from mx_trt.build.backends.tensorrt.shapes import (
+from mx_trt.builder.backends.base import BuildOptions, Shape
+from mx_trt.builder.backends.tensorrt import cuda
+from mx_trt.builder.backends.tensorrt.caches import load_timing_cache, save_timing_cache
+from mx_trt.builder.backends.tensorrt.diagnostics import mentioned_mx_nodes, parser_error_messages
+from mx_trt.builder.backends.tensorrt.engine import TrtEngine
+from mx_trt.builder.backends.tensorrt.flavours import TrtBackendInfo, flavour_of
+from mx_trt.builder.backends.tensorrt.logs import logger_for
+from mx_trt.builder.backends.tensorrt.meta import describe_engine, onnx_dims
+from mx_trt.builder.backends.tensorrt.plugins import load_plugins
+from mx_trt.builder.backends.tensorrt.refit import WeightsSource, missing_strip_flags, set_strip_flags, weights_source
+from mx_trt.builder.backends.tensorrt.shapes import (
     Profile,
     dims_tuple,
     fmt_shape,
@@ -126,7 +126,7 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
         exported: The exported subgraph (``model``, ``input_names``,
             ``output_names``, ``origin``, ``external``...).
         options: ``name``, ``fp16``, ``device_id`` and the ``extra`` keys of
-            :mod:`mx_trt.build.backends.tensorrt`.
+            :mod:`mx_trt.builder.backends.tensorrt`.
 
     Raises:
         EngineBuildError: parse or build failed (each parser error names its

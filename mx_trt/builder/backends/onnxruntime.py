@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.build.cpus import engine_threads
+from mx_trt.builder.cpus import engine_threads
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
@@ -39,9 +39,9 @@ from mx_trt.export.plugins import Plugin, hold_plugin, model_plugins
 from mx_trt.export.shapes import PluginShape
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.settings import env_int
-from mx_trt.build.backends.ort_plugins import plugins_named, register_plugins
-from mx_trt.build.backends.plugin_runs import watching
-from mx_trt.build.backends.base import (
+from mx_trt.builder.backends.ort_plugins import plugins_named, register_plugins
+from mx_trt.builder.backends.plugin_runs import watching
+from mx_trt.builder.backends.base import (
     Backend,
     BatchRange,
     Buffer,
@@ -60,7 +60,7 @@ def _threads() -> int:
     """Threads per engine: ``MXNET_TENSORRT_ORT_THREADS``, or with 0 (default) the CPUs this process may use.
 
     ONNX Runtime's own default counts the machine's cores, whatever the process's
-    affinity mask or its container's CPU quota (:func:`mx_trt.build.cpus.engine_threads`).
+    affinity mask or its container's CPU quota (:func:`mx_trt.builder.cpus.engine_threads`).
     """
     return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
 

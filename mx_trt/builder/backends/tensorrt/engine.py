@@ -12,16 +12,16 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, ShapeError
-from mx_trt.build.backends.base import Buffer, BuildOptions, Engine, Shape, tensor_specs
-from mx_trt.build.backends.tensorrt import cuda
-from mx_trt.build.backends.tensorrt.caches import write_atomic
-from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo, rtx_specialization
-from mx_trt.build.backends.tensorrt.logs import logger_for
-from mx_trt.build.backends.tensorrt.meta import profiles_from_meta
-from mx_trt.build.backends.tensorrt.plugins import load_registered
-from mx_trt.build.backends.tensorrt.refit import WeightsSource, refit_engine, weight_stats
-from mx_trt.build.backends.tensorrt.runtime import TrtRunner, check_io, deserialize_plan
-from mx_trt.build.backends.tensorrt.shapes import batch_rule_output_shapes, context_output_shapes, select_profile
+from mx_trt.builder.backends.base import Buffer, BuildOptions, Engine, Shape, tensor_specs
+from mx_trt.builder.backends.tensorrt import cuda
+from mx_trt.builder.backends.tensorrt.caches import write_atomic
+from mx_trt.builder.backends.tensorrt.flavours import TrtBackendInfo, rtx_specialization
+from mx_trt.builder.backends.tensorrt.logs import logger_for
+from mx_trt.builder.backends.tensorrt.meta import profiles_from_meta
+from mx_trt.builder.backends.tensorrt.plugins import load_registered
+from mx_trt.builder.backends.tensorrt.refit import WeightsSource, refit_engine, weight_stats
+from mx_trt.builder.backends.tensorrt.runtime import TrtRunner, check_io, deserialize_plan
+from mx_trt.builder.backends.tensorrt.shapes import batch_rule_output_shapes, context_output_shapes, select_profile
 
 if TYPE_CHECKING:
     import tensorrt as trt

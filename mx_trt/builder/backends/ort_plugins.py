@@ -12,7 +12,7 @@ domains. Before ONNX Runtime builds or loads a session over it,
 ``onnxruntime-extensions`` keeps every op it was given for the life of the
 process and ONNX Runtime refuses two kernels of one name, so the op made for a
 plugin is a thin dispatcher made once. It calls the function the running engine
-holds (:mod:`mx_trt.build.backends.plugin_runs`): unregistering the plugin, or
+holds (:mod:`mx_trt.builder.backends.plugin_runs`): unregistering the plugin, or
 registering a new version, changes what later engines call, never what a live
 one does, and nothing the function does reaches ONNX Runtime's C++.
 """
@@ -25,7 +25,7 @@ from typing import Any, Callable, List, Sequence
 import numpy as np
 
 from mx_trt.errors import EngineBuildError
-from mx_trt.build.backends.plugin_runs import call_plugin, current
+from mx_trt.builder.backends.plugin_runs import call_plugin, current
 from mx_trt.export.plugins import Plugin, mark_ortx_made, ortx_made, ortx_signature, plugin_for_node
 
 __all__ = ["plugins_named", "register_plugins"]

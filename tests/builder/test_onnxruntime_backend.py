@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mx_trt
-from mx_trt.build import engines
-from mx_trt.build.backends import onnxruntime as ort_backend
-from mx_trt.build.backends.base import BuildOptions
+from mx_trt.builder import engines
+from mx_trt.builder.backends import onnxruntime as ort_backend
+from mx_trt.builder.backends.base import BuildOptions
 from mx_trt.errors import EngineBuildError
 from mx_trt.frontends.hook import disabled
 from tests.mxcheck import OP_TOL, random_params

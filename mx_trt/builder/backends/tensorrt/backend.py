@@ -11,13 +11,13 @@ import os
 from typing import Any, Mapping, Optional, Tuple, Type
 
 from mx_trt.errors import BackendUnavailableError, EngineBuildError
-from mx_trt.build.backends.base import Backend, BuildOptions
-from mx_trt.build.backends.tensorrt import cuda
-from mx_trt.build.backends.tensorrt.builder import build_engine
-from mx_trt.build.backends.tensorrt.engine import TrtEngine
-from mx_trt.build.backends.tensorrt.flavours import flavour_of
-from mx_trt.build.backends.tensorrt.meta import check_stored
-from mx_trt.build.backends.tensorrt.refit import weights_source
+from mx_trt.builder.backends.base import Backend, BuildOptions
+from mx_trt.builder.backends.tensorrt import cuda
+from mx_trt.builder.backends.tensorrt.builder import build_engine
+from mx_trt.builder.backends.tensorrt.engine import TrtEngine
+from mx_trt.builder.backends.tensorrt.flavours import flavour_of
+from mx_trt.builder.backends.tensorrt.meta import check_stored
+from mx_trt.builder.backends.tensorrt.refit import weights_source
 
 
 def _import_module(module_name: str) -> Tuple[Optional[Any], str]:

@@ -12,7 +12,7 @@ since each module has its own base classes.
 - Run (``enqueue``): wait for the engine's stream, copy each input to host
   memory, call the function, copy each result into its output. One run at a
   time per plugin object; TensorRT gives each execution context its own clone.
-  The function runs through :func:`~mx_trt.build.backends.plugin_runs.call_plugin`:
+  The function runs through :func:`~mx_trt.builder.backends.plugin_runs.call_plugin`:
   whatever it raises or returns never reaches TensorRT's C++; the engine's run
   raises an ``EngineRunError`` naming the plugin afterwards.
 """
@@ -26,8 +26,8 @@ import numpy as np
 
 from mx_trt.errors import EngineBuildError
 from mx_trt.export.plugins import Plugin
-from mx_trt.build.backends.plugin_runs import call_plugin, current, watching
-from mx_trt.build.backends.tensorrt import cuda
+from mx_trt.builder.backends.plugin_runs import call_plugin, current, watching
+from mx_trt.builder.backends.tensorrt import cuda
 
 if TYPE_CHECKING:
     import tensorrt as trt

@@ -22,9 +22,9 @@ import hashlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from mx_trt.errors import EngineBuildError
-from mx_trt.build.backends.base import BuildOptions, Shape
-from mx_trt.build.backends.tensorrt.flavours import TrtBackendInfo
-from mx_trt.build.backends.tensorrt.shapes import Profile, shape_triple
+from mx_trt.builder.backends.base import BuildOptions, Shape
+from mx_trt.builder.backends.tensorrt.flavours import TrtBackendInfo
+from mx_trt.builder.backends.tensorrt.shapes import Profile, shape_triple
 
 META_FORMAT = 1
 OUTPUT_SHAPE_RULES = ("batch", "static", "engine")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import logging
 
-from mx_trt.build.progress import BuildProgress
+from mx_trt.builder.progress import BuildProgress
 
 
 class _Tty(io.StringIO):
@@ -26,7 +26,7 @@ def test_bar_on_a_terminal():
 def test_log_lines_when_not_a_terminal(caplog):
     out = io.StringIO()
     p = BuildProgress(2, out)
-    with caplog.at_level(logging.INFO, logger="mx_trt.build.progress"):
+    with caplog.at_level(logging.INFO, logger="mx_trt.builder.progress"):
         p.start(0, "trt_subgraph_0", 7)
         p.phase("Building engine", 1, 3)
         p.done()

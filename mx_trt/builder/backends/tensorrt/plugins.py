@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Sequence, Set, Tuple
 
 from mx_trt.errors import EngineBuildError
 from mx_trt.export.plugins import Plugin, plugins
-from mx_trt.build.backends.tensorrt.host_plugin import register_host_plugin
+from mx_trt.builder.backends.tensorrt.host_plugin import register_host_plugin
 
 if TYPE_CHECKING:
     import tensorrt as trt

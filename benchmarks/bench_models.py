@@ -63,7 +63,7 @@ def _islands() -> Any:
     import mxnet as mx
     import numpy as np
 
-    from tests import userops
+    from tests.harness import userops
     from tests.models.thirdparty import Model
 
     x = mx.sym.var("data")

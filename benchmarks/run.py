@@ -271,7 +271,7 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
     from mx_trt.tools.cli.timing import forward_fn, measure
-    from tests.mxcheck import random_params
+    from tests.harness.mxcheck import random_params
 
     _register_noop()
     x = mx.sym.var("data")

@@ -18,7 +18,7 @@ from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.builder.backends.base import BuildOptions
 from mx_trt.errors import EngineBuildError
 from mx_trt.frontends.hook import disabled
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 

@@ -1,10 +1,10 @@
 """OpenVINO engines (``backend='openvino'``) against native MXNet: binds, batch ranges, the plan cache, precisions.
 
 Tolerances against MXNet's own output: fp32 ``rtol=1e-4``, ``atol=1e-5`` times the
-output's largest magnitude (the ONNX Runtime backend's, tests.mxcheck.OP_TOL: sums of a few
+output's largest magnitude (the ONNX Runtime backend's, tests.harness.mxcheck.OP_TOL: sums of a few
 hundred to a few thousand products, computed in float32 by other kernels); a whole zoo model
 ``1e-4 + 1e-4 * max|native|`` as in tests/models/test_model_zoo.py; fp16 engines
-tests.mxcheck.OP_TOL["float16"]; int8 the cosine and top-1 bounds of tests.int8check; the GluonCV and
+tests.harness.mxcheck.OP_TOL["float16"]; int8 the cosine and top-1 bounds of tests.harness.int8check; the GluonCV and
 GluonNLP engines tests/models/compare.py's (``1e-4 + 1e-3 * max|ref|`` per tensor, integers exactly).
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import BackendUnavailableError, EngineBuildError
 from mx_trt.frontends.hook import disabled
-from tests.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn
+from tests.harness.mxcheck import OP_TOL, random_params
 
 pytestmark = pytest.mark.skipif(ov_backend.OpenVinoBackend.unavailable_reason() is not None and
                                 os.environ.get("USE_OPENVINO", "1") == "0",

@@ -145,7 +145,7 @@ def _export_for(backend):
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.passes.fuse import boundary
     from mx_trt.settings import Settings
-    from tests.mxcheck import random_params
+    from tests.harness.mxcheck import random_params
 
     sym, shapes = resnet_like(), {"data": (1, 3, 8, 8)}
     args, aux = random_params(sym, shapes, 0)
@@ -178,7 +178,7 @@ def test_tensorrt_rtx_analysis_refuses_a_plugin_without_its_implementation():
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings
-    from tests.mxcheck import random_params
+    from tests.harness.mxcheck import random_params
 
     _register(onnxruntime=sparsemax, tensorrt=lambda trt: None)
     sym, shapes = resnet_like(), {"data": (1, 3, 8, 8)}

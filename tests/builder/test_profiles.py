@@ -1,6 +1,6 @@
 """Dynamic batch through optimization profiles, and fp16 engines, on the CPU backend.
 
-Tolerances: fp32 ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL); fp16
+Tolerances: fp32 ``rtol=1e-4, atol=1e-5`` (tests.harness.mxcheck.OP_TOL); fp16
 ``max|err| <= 2e-2 * max|native|`` (half precision keeps ~3 decimal digits and
 rounding accumulates over a few layers).
 """
@@ -17,7 +17,7 @@ from mx_trt.frontends.hook import disabled
 from mx_trt.errors import ShapeError
 from mx_trt.builder.profiles import batch_ranges
 from mx_trt.settings import Settings
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 

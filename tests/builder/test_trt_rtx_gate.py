@@ -59,9 +59,9 @@ from mx_trt.export.calibration import CalibrationTable
 from mx_trt.export.dynamic import Int8Export, SubgraphExporter
 from mx_trt.settings import Settings
 from mx_trt.passes.fuse import boundary
-from tests import userops
-from tests.mxcheck import random_params
-from tests.bindcheck import conv_relu
+from tests.harness import userops
+from tests.harness.mxcheck import random_params
+from tests.harness.bindcheck import conv_relu
 from tests.models.thirdparty import MODELS as THIRDPARTY
 from tests.models.test_model_zoo import ZOO, zoo_model
 

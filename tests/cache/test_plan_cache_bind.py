@@ -1,6 +1,6 @@
 """The plan cache seen from a bind: warm binds load engines, stale or corrupt entries never serve.
 
-fp32 tolerance ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL).
+fp32 tolerance ``rtol=1e-4, atol=1e-5`` (tests.harness.mxcheck.OP_TOL).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import mx_trt
 from mx_trt.frontends.hook import disabled
 from mx_trt.builder import engines
 from mx_trt.runtime.fused_op import data_ptr
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPES = {"data": (2, 3, 8, 8)}

@@ -11,7 +11,7 @@ import onnx
 
 import mx_trt
 from mx_trt.tools.cli.main import main
-from tests import userops
+from tests.harness import userops
 from tests.deploy.helpers import assert_close, native, run_without_mxnet
 
 

@@ -27,7 +27,7 @@ from mx_trt.errors import CalibrationError, ExportError, NotConvertibleError
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.settings import Settings
-from tests import userops
+from tests.harness import userops
 from tests.deploy.helpers import assert_close, native, run_without_mxnet
 
 

@@ -1,9 +1,9 @@
 """The INT8 export pass: where Q/DQ pairs go, how weights are quantized, and the numbers ONNX Runtime gives.
 
 Graphs are tiny MXNet symbols, analysed and exported as a bind does
-(tests.int8check.export_one); ranges are given by hand so that scales can be
+(tests.harness.int8check.export_one); ranges are given by hand so that scales can be
 checked exactly. Numerics against native MXNet use the INT8 tolerance of
-tests.int8check (cosine similarity).
+tests.harness.int8check (cosine similarity).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.export.calibration import TensorRange
 from mx_trt.export.int8 import TENSORRT_STYLE, Int8Style, quantize_int8, quantize_weight
 from mx_trt.export.subgraph import embedded_model
-from tests.int8check import COSINE_MIN, conv_bn_relu, cosine, export_one, prototype_cnn
-from tests.mxcheck import random_params, run_native
+from tests.harness.int8check import COSINE_MIN, conv_bn_relu, cosine, export_one, prototype_cnn
+from tests.harness.mxcheck import random_params, run_native
 
 ORT_STYLE = OnnxRuntimeBackend.int8_style
 

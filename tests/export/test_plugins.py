@@ -25,8 +25,8 @@ import mx_trt
 from mx_trt.builder import engines
 from mx_trt.export.plugins import model_plugins, plugin_for_node, plugins
 from mx_trt.tools.cli.main import main
-from tests.bindcheck import ATOL, RTOL, bind, compare, native_reasons as reasons
-from tests.mxcheck import random_inputs, random_params
+from tests.harness.bindcheck import ATOL, RTOL, bind, compare, native_reasons as reasons
+from tests.harness.mxcheck import random_inputs, random_params
 
 SHAPES = {"data": (2, 3, 8, 8)}
 

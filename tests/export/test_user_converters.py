@@ -21,8 +21,8 @@ import pytest
 import mx_trt
 from mx_trt.builder import engines
 from mx_trt.tools.cli.main import main
-from tests.bindcheck import compare, conv_relu, native_reasons as _reasons
-from tests.mxcheck import random_params
+from tests.harness.bindcheck import compare, conv_relu, native_reasons as _reasons
+from tests.harness.mxcheck import random_params
 
 SHAPES = {"data": (2, 3, 8, 8)}
 

@@ -16,7 +16,7 @@ import mx_trt  # noqa: F401 - the package (simple_bind hook) as users import it
 from mx_trt.frontends import hook
 from mx_trt.frontends import module as module_frontend
 from mx_trt.pipeline import bind as pipeline_bind
-from tests.mxcheck import random_params
+from tests.harness.mxcheck import random_params
 
 RTOL, ATOL = 1e-4, 1e-5
 SHAPE = (2, 3, 8, 8)

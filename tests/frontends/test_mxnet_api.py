@@ -26,7 +26,7 @@ import mx_trt
 from mx_trt.errors import TrainingNotSupportedError
 from mx_trt.frontends import deferred
 from mx_trt.frontends import gluon as gluon_front
-from tests.userops import register_doubling_op
+from tests.harness.userops import register_doubling_op
 
 SHAPE = (2, 3, 8, 8)
 FP32 = dict(rtol=1e-4, atol=1e-5)

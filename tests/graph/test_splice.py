@@ -15,7 +15,7 @@ import pytest
 
 from mx_trt.frontends import deferred
 from mx_trt.graph import splice
-from tests.userops import register_doubling_op
+from tests.harness.userops import register_doubling_op
 
 NATIVE_OP = register_doubling_op("splice_native")
 

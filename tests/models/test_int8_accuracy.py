@@ -39,7 +39,7 @@ from mx_trt.frontends import hook
 from mx_trt.settings import env_override
 from tests.models.digits import trained_digits_cnn
 from tests.models.normalized import centered_cosine, normalized_zoo_model, smooth_images
-from tests.mxcheck import OP_TOL
+from tests.harness.mxcheck import OP_TOL
 
 #: The largest top-1 drop of int8 against fp32 on the digits test split (a fraction: 1 point).
 MAX_INT8_DROP = 0.01

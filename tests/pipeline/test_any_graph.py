@@ -17,9 +17,9 @@ import pytest
 import mx_trt
 from mx_trt.errors import GraphImportError
 from mx_trt.graph.importer import symbol_to_graph
-from tests import userops
-from tests.mxcheck import OP_TOL, random_inputs, random_params
-from tests.bindcheck import bind, conv_relu
+from tests.harness import userops
+from tests.harness.mxcheck import OP_TOL, random_inputs, random_params
+from tests.harness.bindcheck import bind, conv_relu
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPES = {"data": (2, 3, 8, 8)}

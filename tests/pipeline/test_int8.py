@@ -1,6 +1,6 @@
 """INT8 binds end to end: settings, the table checked at bind, the plan cache key, and the numbers.
 
-Tolerance: tests.int8check (cosine similarity > COSINE_MIN against native fp32,
+Tolerance: tests.harness.int8check (cosine similarity > COSINE_MIN against native fp32,
 top-1 agreement on the prototype classifier).
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from mx_trt.builder import engines
 from mx_trt.frontends.gluon import bind_infos
 from mx_trt.errors import CalibrationError, MxTrtError
 from mx_trt.settings import Settings, set_use_fp16
-from tests.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn
-from tests.mxcheck import random_params
+from tests.harness.int8check import COSINE_MIN, TOP1_MIN, cosine, prototype_cnn
+from tests.harness.mxcheck import random_params
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_optimize_for_takes_the_int8_options(net):
         got = exe.outputs[0].asnumpy()
     finally:
         mx_trt.release(trt_sym)
-    from tests.mxcheck import run_native
+    from tests.harness.mxcheck import run_native
 
     ref = run_native(net["sym"], {"data": x.shape}, net["args"], net["aux"], {"data": x})[0]
     assert COSINE_MIN < cosine(got, ref) < 1 - 1e-7
@@ -198,7 +198,7 @@ def test_tensorrt_bind_takes_the_int8_options(net, monkeypatch):
                                precision="int8", calibration=mx_trt.load_table(net["table"]), strict=True)
     exe.arg_dict["data"][:] = x
     exe.forward(is_train=False)
-    from tests.mxcheck import run_native
+    from tests.harness.mxcheck import run_native
 
     ref = run_native(net["sym"], {"data": x.shape}, net["args"], net["aux"], {"data": x})[0]
     got = exe.outputs[0].asnumpy()
@@ -218,7 +218,7 @@ def test_gluon_hybridize_takes_the_int8_options(net, monkeypatch):
                     calibration=net["table"], strict=True)
     x, _ = net["sample"](4, seed=6)
     got = block(mx.nd.array(x)).asnumpy()
-    from tests.mxcheck import run_native
+    from tests.harness.mxcheck import run_native
 
     ref = run_native(net["sym"], {"data": x.shape}, net["args"], net["aux"], {"data": x})[0]
     infos = bind_infos(block)

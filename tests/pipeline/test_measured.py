@@ -1,7 +1,7 @@
 """The measured engine rule (mx_trt.pipeline.measure): engines timed against MXNet, decisions kept in the plan cache.
 
 Stub timers make the decisions deterministic; one test times a real model.
-Outputs are compared with MXNet's own at fp32 tolerance (tests.mxcheck.OP_TOL)
+Outputs are compared with MXNet's own at fp32 tolerance (tests.harness.mxcheck.OP_TOL)
 whatever the rule decides: a subgraph kept native is MXNet's own result.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import mx_trt
 from mx_trt.builder import backends
 from mx_trt.pipeline import measure
-from tests.bindcheck import ATOL, RTOL, bind, conv_relu
-from tests.mxcheck import random_inputs, random_params
+from tests.harness.bindcheck import ATOL, RTOL, bind, conv_relu
+from tests.harness.mxcheck import random_inputs, random_params
 
 SHAPES = {"data": (2, 3, 32, 32)}
 

@@ -16,8 +16,8 @@ import mx_trt
 from mx_trt.errors import CalibrationError, ShapeError
 from mx_trt.export.calibration import graph_digest, load_table
 from mx_trt.quantize.calibrate import _Progress
-from tests.int8check import cnn_symbol
-from tests.mxcheck import random_params, run_native
+from tests.harness.int8check import cnn_symbol
+from tests.harness.mxcheck import random_params, run_native
 
 SHAPE = (4, 3, 8, 8)
 

@@ -39,7 +39,7 @@ from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.cache import EngineCache, make_key
 from mx_trt.errors import CacheError, ExportError
 from mx_trt.tools.cli.main import main as cli_main
-from tests.mxcheck import random_params
+from tests.harness.mxcheck import random_params
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = {"data": (2, 3, 8, 8)}

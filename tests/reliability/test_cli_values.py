@@ -14,7 +14,7 @@
   subprocess (a damaged file read by MXNet could crash it).
 
 Outputs that bind are compared with native MXNet's at fp32, ``rtol=1e-4, atol=1e-5``
-(tests.mxcheck.OP_TOL).
+(tests.harness.mxcheck.OP_TOL).
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from mx_trt.builder import engines
 from mx_trt.errors import BackendUnavailableError, MxTrtError, ShapeError
 from mx_trt.tools.cli import checkpoint as cli_checkpoint
 from mx_trt.tools.cli.main import main
-from tests.bindcheck import conv_relu
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.bindcheck import conv_relu
+from tests.harness.mxcheck import OP_TOL, random_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT_S = 120

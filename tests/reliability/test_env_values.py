@@ -8,8 +8,8 @@ import pytest
 
 import mx_trt
 from mx_trt.errors import MxTrtError
-from tests.mxcheck import random_params
-from tests.bindcheck import conv_relu
+from tests.harness.mxcheck import random_params
+from tests.harness.bindcheck import conv_relu
 
 SHAPES = {"data": (2, 3, 8, 8)}
 

@@ -24,7 +24,7 @@ import numpy as np
 import mx_trt
 from mx_trt.builder import engines
 from mx_trt.runtime import fused_op
-from tests.mxcheck import random_params
+from tests.harness.mxcheck import random_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP, CYCLES = 200, 1000

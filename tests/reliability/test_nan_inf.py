@@ -2,7 +2,7 @@
 
 Where both give the same result, the outputs are compared with
 ``np.testing.assert_allclose(equal_nan=True)`` at fp32, ``rtol=1e-4, atol=1e-5``
-(tests.mxcheck.OP_TOL). Where they differ, each side is checked against what
+(tests.harness.mxcheck.OP_TOL). Where they differ, each side is checked against what
 README.md ("NaN and Inf") says it gives:
 
 * The engines propagate NaN through ``Activation(relu)``, ``softmax`` and
@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import mx_trt
-from tests.mxcheck import OP_TOL
+from tests.harness.mxcheck import OP_TOL
 
 RTOL, ATOL = OP_TOL["float32"]
 FLT_MAX = float(np.finfo(np.float32).max)

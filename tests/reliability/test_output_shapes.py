@@ -21,9 +21,9 @@ import mx_trt
 from mx_trt.errors import ConversionError, MxTrtError
 from mx_trt.export.converters import check
 from mx_trt.export.spec import OpSpec
-from tests.bindcheck import ATOL, RTOL, bind
-from tests.mxcheck import random_inputs
-from tests.userops import register_doubling_op
+from tests.harness.bindcheck import ATOL, RTOL, bind
+from tests.harness.mxcheck import random_inputs
+from tests.harness.userops import register_doubling_op
 
 SHAPES = {"data": (2, 8, 16, 16)}
 

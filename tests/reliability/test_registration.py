@@ -15,9 +15,9 @@ import pytest
 
 import mx_trt
 from mx_trt.export.converters.user import list_converters
-from tests.bindcheck import bind, native_reasons
-from tests.mxcheck import random_inputs
-from tests.userops import register_doubling_op
+from tests.harness.bindcheck import bind, native_reasons
+from tests.harness.mxcheck import random_inputs
+from tests.harness.userops import register_doubling_op
 
 SHAPES = {"data": (2, 3, 4, 4)}
 

@@ -2,7 +2,7 @@
 
 Every output is compared with MXNet's own executor for the same graph, weights
 and inputs (native ``reshape`` for reshaped executors), fp32 ``rtol=1e-4,
-atol=1e-5`` (tests.mxcheck.OP_TOL). Builds are counted twice: by the fused
+atol=1e-5`` (tests.harness.mxcheck.OP_TOL). Builds are counted twice: by the fused
 node (``FusedEngine.build_count``) and by a spy on the backend's ``build``.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.errors import ParamMismatchError, ShapeError
 from mx_trt.frontends.hook import disabled
 from tests.build.test_profiles import cnn
-from tests.mxcheck import OP_TOL, random_params
+from tests.harness.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPE = (2, 3, 8, 8)

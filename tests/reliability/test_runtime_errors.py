@@ -14,9 +14,9 @@ import pytest
 
 import mx_trt
 from mx_trt.errors import EngineRunError, UnsupportedOpError
-from tests.bindcheck import ATOL, RTOL, bind
-from tests.mxcheck import random_inputs
-from tests.userops import register_doubling_op
+from tests.harness.bindcheck import ATOL, RTOL, bind
+from tests.harness.mxcheck import random_inputs
+from tests.harness.userops import register_doubling_op
 
 SHAPES = {"data": (2, 8, 4, 4)}
 

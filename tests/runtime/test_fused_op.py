@@ -10,9 +10,9 @@ import pytest
 import mx_trt
 from mx_trt.runtime import fused_op
 from mx_trt.errors import BackendUnavailableError, ParamMismatchError, ShapeError
-from tests import userops
-from tests.bindcheck import ATOL, RTOL, SHAPES, bind, compare, conv_relu, subgraph_names
-from tests.mxcheck import random_inputs, random_params
+from tests.harness import userops
+from tests.harness.bindcheck import ATOL, RTOL, SHAPES, bind, compare, conv_relu, subgraph_names
+from tests.harness.mxcheck import random_inputs, random_params
 
 
 @pytest.mark.parametrize("req", ["write", "inplace", "add", "null"])

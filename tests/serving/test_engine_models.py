@@ -13,7 +13,7 @@ from mx_trt.builder.backends import BACKENDS
 from mx_trt.serving.engine_models import PLAN_FILE, PLAN_INFO, whole_model_export, write_onnx_model, write_plan_model
 from mx_trt.serving.executors import TensorSpec, output_specs
 from mx_trt.tools.cli.main import main
-from tests import userops
+from tests.harness import userops
 from tests.serving.conftest import assert_close, native_outputs
 
 INPUTS = [TensorSpec("data", "float32", (3, 16, 16))]

@@ -11,7 +11,7 @@ import pytest
 from mx_trt.serving.process import TritonProcess
 from mx_trt.serving.server import free_port
 from mx_trt.tools.cli.main import main
-from tests import userops
+from tests.harness import userops
 from tests.serving.conftest import SERVER_ENV, assert_close, needs_server, small_cnn, triton_client
 
 thttp = triton_client("tritonclient.http")

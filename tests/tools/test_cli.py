@@ -24,8 +24,8 @@ import pytest
 from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.tools.cli.main import main
 from mx_trt.tools.cli.timing import Progress
-from tests import userops
-from tests.mxcheck import random_params
+from tests.harness import userops
+from tests.harness.mxcheck import random_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPE = ["--shape", "data=1,3,8,8"]
@@ -265,7 +265,7 @@ def test_subprocess_exit_status(models, tmp_path):
     assert bad.stderr.strip().splitlines() == [f"mxtrt: error: no symbol file {tmp_path / 'missing'}-symbol.json "
                                                "(give the checkpoint prefix, without -symbol.json)"]
     ok = subprocess.run([sys.executable, "-m", "mx_trt.tools.cli", "verify", models["net"], *SHAPE,
-                         "--import", os.path.join(ROOT, "tests", "userops.py")],
+                         "--import", os.path.join(ROOT, "tests", "harness", "userops.py")],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "PASS" in ok.stdout and "Traceback" not in ok.stderr

@@ -1,7 +1,7 @@
 """Converters of mx_trt/converters/indexing.py against MXNet 1.9.1's own output.
 
 Every case runs the symbol natively and through the ONNX export in ONNX Runtime
-(:func:`tests.mxcheck.check_symbol`) after asserting that every node's validator
+(:func:`tests.harness.mxcheck.check_symbol`) after asserting that every node's validator
 accepts it. Index-like inputs keep their own dtype (int32/int64 arrays stay
 integers on both sides). Selection, gathers and creation must match bit for bit.
 Sorting cases use distinct values unless a case is about ties.
@@ -22,7 +22,7 @@ from mx_trt.export.converters import registry
 from mx_trt.graph.importer import symbol_to_graph
 from mx_trt.export.subgraph import op_spec
 from mx_trt.settings import Settings
-from tests.mxcheck import check_symbol, random_params, run_onnx_whole
+from tests.harness.mxcheck import check_symbol, random_params, run_onnx_whole
 
 X = mx.sym.Variable("x")
 Y = mx.sym.Variable("y")

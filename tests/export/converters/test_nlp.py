@@ -1,7 +1,7 @@
 """Per-converter tests of mx_trt/converters/nlp.py (and GELU/erf) against MXNet 1.9.1.
 
 Each case builds a small symbol, exports it through the converters, runs it in
-ONNX Runtime and compares with MXNet's own forward (``tests.mxcheck``); the
+ONNX Runtime and compares with MXNet's own forward (``tests.harness.mxcheck``); the
 TensorRT-RTX build gate (fp32 and fp16) runs on one graph per operator, and
 asserts that the operator really went into an engine.
 """
@@ -21,7 +21,7 @@ from mx_trt.export.converters.registry import OpSpec, check
 from mx_trt.graph.importer import symbol_to_graph
 from mx_trt.export.subgraph import op_spec
 from mx_trt.settings import Settings
-from tests.mxcheck import OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
+from tests.harness.mxcheck import OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
 
 D = mx.sym.Variable("data")
 RNG = np.random.RandomState(7)

@@ -1,7 +1,7 @@
 """Converters of mx_trt/converters/tensor.py against MXNet 1.9.1's own output (fp32).
 
 Every case runs the symbol natively and through the ONNX export in ONNX Runtime
-(:func:`tests.mxcheck.check_symbol`, tolerance ``OP_TOL`` unless a case states
+(:func:`tests.harness.mxcheck.check_symbol`, tolerance ``OP_TOL`` unless a case states
 otherwise). Cases whose inputs must avoid a bad domain (log, sqrt, power...) or
 must hit a special value (ties for round, equal operands for comparisons) pass
 their own ``inputs``.
@@ -18,7 +18,7 @@ import pytest
 from mx_trt.export.converters import registry
 from mx_trt.graph.importer import symbol_to_graph
 from mx_trt.export.subgraph import op_spec
-from tests.mxcheck import check_symbol, random_inputs, random_params, run_onnx_whole
+from tests.harness.mxcheck import check_symbol, random_inputs, random_params, run_onnx_whole
 
 X = mx.sym.Variable("x")
 Y = mx.sym.Variable("y")
@@ -28,7 +28,7 @@ IDX = mx.sym.Variable("i")
 
 #: Exact ops (rounding, selection, data movement) must match bit for bit.
 EXACT = (0.0, 0.0)
-#: fp16 outputs are compared at the fp16 tolerance of tests.mxcheck.
+#: fp16 outputs are compared at the fp16 tolerance of tests.harness.mxcheck.
 FP16 = (1e-2, 1e-2)
 
 Shapes = Mapping[str, Tuple[int, ...]]

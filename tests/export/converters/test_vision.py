@@ -1,7 +1,7 @@
 """Vision converters (mx_trt/converters/vision.py and pooling.py) against MXNet 1.9.1.
 
 Every case runs the symbol natively and through the ONNX export in ONNX Runtime
-(:func:`tests.mxcheck.check_symbol`, fp32 tolerance ``OP_TOL``) after asserting that
+(:func:`tests.harness.mxcheck.check_symbol`, fp32 tolerance ``OP_TOL``) after asserting that
 the op's validator accepts it, so a case cannot pass by staying native. Box and ROI
 inputs are drawn as well-formed boxes (positive sizes) that still reach past the
 feature map, round on halves and so on. The TensorRT-RTX gate builds one graph per
@@ -19,7 +19,7 @@ import pytest
 from mx_trt.export.converters import registry
 from mx_trt.graph.importer import symbol_to_graph
 from mx_trt.export.subgraph import op_spec
-from tests.mxcheck import check_symbol, random_params
+from tests.harness.mxcheck import check_symbol, random_params
 
 D = mx.sym.Variable("data")
 R = mx.sym.Variable("rois")

@@ -1,6 +1,6 @@
 import mxnet as mx
 
-from tests.mxcheck import check_symbol
+from tests.harness.mxcheck import check_symbol
 
 
 def test_relu_and_add():

@@ -19,7 +19,7 @@ from mx_trt.passes.fuse import boundary
 from mx_trt.pipeline.plan import Plan, analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.settings import Settings
-from tests.mxcheck import run_native
+from tests.harness.mxcheck import run_native
 
 COSINE_MIN = 0.99
 TOP1_MIN = 0.95

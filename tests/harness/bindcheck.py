@@ -1,6 +1,6 @@
 """Binding a symbol natively and with the pass, and comparing the two (shared by the bind tests).
 
-Tolerance: fp32, ``rtol=1e-4, atol=1e-5`` (tests.mxcheck.OP_TOL) for few-layer graphs.
+Tolerance: fp32, ``rtol=1e-4, atol=1e-5`` (tests.harness.mxcheck.OP_TOL) for few-layer graphs.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import mxnet as mx
 import numpy as np
 
 import mx_trt
-from tests.mxcheck import OP_TOL, random_inputs, random_params
+from tests.harness.mxcheck import OP_TOL, random_inputs, random_params
 
 RTOL, ATOL = OP_TOL["float32"]
 SHAPES = {"data": (2, 3, 8, 8)}

@@ -14,7 +14,12 @@ here raises: a missing or broken mx_trt is logged at DEBUG on the
 
 This module runs at every interpreter start, so it imports nothing beyond
 ``os`` and ``sys`` (both already loaded by then) and ``typing`` only for the
-type checker.
+type checker; mx_trt itself is imported only once mxnet has loaded. Imports
+flow one way: this module imports mx_trt, nothing in mx_trt imports this
+module. A program that imports mx_trt before mxnet without this hook armed
+gets the same wait from mx_trt's own finder (``mx_trt.frontends.mxnet_import``,
+whose finders carry the same ``mx_trt_autoload`` class marker, so that only
+one finder waits at a time).
 """
 import os
 import sys
@@ -142,12 +147,6 @@ def install() -> None:
         sys.meta_path.insert(0, MxnetFinder())
     except Exception:
         pass
-
-
-def arm() -> None:
-    """Arm the finder for a program that imported mx_trt before mxnet, even with the start-up hook opted out."""
-    if TARGET not in sys.modules and not any(_is_ours(f) for f in sys.meta_path):
-        sys.meta_path.insert(0, MxnetFinder())
 
 
 def uninstall() -> None:

@@ -11,6 +11,12 @@
   :data:`MAX_CLASS_LINES` lines.
 * The converter registry imports no converter module (the package
   ``mx_trt.export.converters`` imports them; the registry stays a leaf).
+* The top-level modules (:data:`TOP_LEVEL`: the start-up hook
+  ``mx_trt_autoload.py`` and ``setup.py``) count in the cycle and size checks.
+  ``setup.py`` imports nothing of the project; the start-up hook is the only
+  one that imports ``mx_trt``, only inside functions, and nothing in the package
+  imports either of them.
+* No file of ``tests/`` is over :data:`MAX_MODULE_LINES` lines either.
 """
 from __future__ import annotations
 
@@ -23,6 +29,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("mx_trt",)
+#: The modules at the top of the repository (installed at the root of site-packages, or run by pip).
+TOP_LEVEL = ("mx_trt_autoload", "setup")
+#: The one top-level module that may import the package (after mxnet has loaded, inside functions).
+STARTUP_HOOK = "mx_trt_autoload"
+#: What the start-up hook may import when it is loaded, at every interpreter start.
+STARTUP_IMPORTS = ("os", "sys")
 #: The stages, first to last: a module imports only modules of its own stage or earlier ones.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt._version", "mx_trt.errors"),
@@ -79,23 +91,27 @@ def _modules() -> Dict[str, str]:
 
 
 MODULES = _modules()
+#: The top-level modules, name -> path.
+TOP_MODULES = {m: os.path.join(ROOT, m + ".py") for m in TOP_LEVEL}
+#: Every module the checks read: the package's and the top-level ones.
+ALL_MODULES = {**MODULES, **TOP_MODULES}
 _TREES: Dict[str, ast.Module] = {}
 
 
 def _tree(mod: str) -> ast.Module:
     if mod not in _TREES:
-        with open(MODULES[mod], encoding="utf-8") as f:
-            _TREES[mod] = ast.parse(f.read(), filename=MODULES[mod])
+        with open(ALL_MODULES[mod], encoding="utf-8") as f:
+            _TREES[mod] = ast.parse(f.read(), filename=ALL_MODULES[mod])
     return _TREES[mod]
 
 
 def _rel(mod: str) -> str:
-    return os.path.relpath(MODULES[mod], ROOT)
+    return os.path.relpath(ALL_MODULES[mod], ROOT)
 
 
 def _imports(mod: str) -> Iterator[Import]:
     """Every import in ``mod`` (also inside functions and ``if`` blocks), absolute names."""
-    is_package = MODULES[mod].endswith("__init__.py")
+    is_package = ALL_MODULES[mod].endswith("__init__.py")
     package = mod if is_package else mod.rpartition(".")[0]
     for node in ast.walk(_tree(mod)):
         if isinstance(node, ast.Import):
@@ -110,14 +126,14 @@ def _imports(mod: str) -> Iterator[Import]:
                 source = node.module or ""
             for alias in node.names:
                 sub = f"{source}.{alias.name}"
-                yield Import(sub if sub in MODULES else source, node.lineno)
+                yield Import(sub if sub in ALL_MODULES else source, node.lineno)
 
 
 def _own(target: str) -> Optional[str]:
     """The project module an import lands in (the longest known prefix), or ``None``."""
     t = target
     while t:
-        if t in MODULES:
+        if t in ALL_MODULES:
             return t
         t = t.rpartition(".")[0]
     return None
@@ -125,8 +141,8 @@ def _own(target: str) -> Optional[str]:
 
 def _edges() -> Dict[str, Dict[str, int]]:
     """module -> {imported project module: first line importing it}."""
-    edges: Dict[str, Dict[str, int]] = {m: {} for m in MODULES}
-    for m in MODULES:
+    edges: Dict[str, Dict[str, int]] = {m: {} for m in ALL_MODULES}
+    for m in ALL_MODULES:
         for imp in _imports(m):
             t = _own(imp.target)
             if t is not None and t != m:
@@ -251,7 +267,7 @@ def _line_count(path: str) -> int:
 
 
 def test_no_module_over_the_line_limit() -> None:
-    big = sorted(((_line_count(p), m) for m, p in MODULES.items()), reverse=True)
+    big = sorted(((_line_count(p), m) for m, p in ALL_MODULES.items()), reverse=True)
     problems = [f"{_rel(m)}: {n} lines" for n, m in big if n > MAX_MODULE_LINES]
     assert not problems, (
         f"modules over {MAX_MODULE_LINES} lines (split them by responsibility):\n" + "\n".join(problems))
@@ -259,7 +275,7 @@ def test_no_module_over_the_line_limit() -> None:
 
 def test_no_class_over_the_line_limit() -> None:
     problems = []
-    for m in sorted(MODULES):
+    for m in sorted(ALL_MODULES):
         for node in ast.walk(_tree(m)):
             if isinstance(node, ast.ClassDef):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1
@@ -301,6 +317,8 @@ def test_stages_import_only_earlier_stages() -> None:
         if m == "mx_trt":
             continue
         for t, line in sorted(edges[m].items()):
+            if t in TOP_MODULES:
+                continue  # test_the_package_imports_no_top_level_module says it
             if t == "mx_trt":
                 problems.append(f"{_rel(m)}:{line} imports the package root (import the module that defines the name)")
             elif _layer(t) > _layer(m):
@@ -332,6 +350,64 @@ def test_the_checkouts_mx_trt_passes_links_every_module_of_passes() -> None:
     for f in links:
         target = os.path.realpath(os.path.join(linked, f))
         assert target == os.path.realpath(os.path.join(ROOT, "passes", f)), f"mx_trt/passes/{f} points to {target}"
+
+
+def test_no_test_file_over_the_line_limit() -> None:
+    """The tests follow the modules' limit: a file over it is split by topic."""
+    problems = []
+    for root, dirs, files in os.walk(os.path.join(ROOT, "tests")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(root, f)
+                n = _line_count(path)
+                if n > MAX_MODULE_LINES:
+                    problems.append(f"{os.path.relpath(path, ROOT)}: {n} lines")
+    assert not problems, f"test files over {MAX_MODULE_LINES} lines (split them by topic):\n" + "\n".join(problems)
+
+
+def test_the_package_imports_no_top_level_module() -> None:
+    """Imports flow from the start-up hook into the package, never back (also lazily, inside functions)."""
+    edges = _edges()
+    problems = [f"{_rel(m)}:{line} imports {t}" for m in sorted(MODULES) for t, line in sorted(edges[m].items())
+                if t in TOP_MODULES]
+    assert not problems, (
+        f"nothing in {', '.join(PACKAGES)} may import the top-level modules ({', '.join(TOP_LEVEL)}); "
+        "move what it needs into the package:\n" + "\n".join(problems))
+
+
+def test_setup_imports_nothing_of_the_project() -> None:
+    """``setup.py`` runs before anything is installed: it reads the version, it does not import it."""
+    problems = [f"{_rel('setup')}:{imp.line} imports {imp.target}" for imp in _imports("setup")
+                if imp.target.split(".")[0] in PACKAGES + TOP_LEVEL + ("passes",)]
+    assert not problems, "setup.py must not import the project:\n" + "\n".join(problems)
+
+
+def test_only_the_startup_hook_imports_the_package_and_only_lazily() -> None:
+    """Of the top-level modules only the start-up hook imports ``mx_trt``, and only inside functions.
+
+    At module level it imports no more than :data:`STARTUP_IMPORTS` (it runs at
+    every interpreter start; imports under ``if TYPE_CHECKING:`` are the type
+    checker's only).
+    """
+    problems = []
+    for m in TOP_LEVEL:
+        for imp in _imports(m):
+            if imp.target.split(".")[0] in PACKAGES and m != STARTUP_HOOK:
+                problems.append(f"{_rel(m)}:{imp.line} imports {imp.target}")
+    for node in _tree(STARTUP_HOOK).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                break  # what runs later is not the start-up's cost
+            names = ([a.name for a in sub.names] if isinstance(sub, ast.Import)
+                     else [sub.module or ""] if isinstance(sub, ast.ImportFrom) else [])
+            problems += [f"{_rel(STARTUP_HOOK)}:{sub.lineno} imports {n} at start-up"
+                         for n in names if n.split(".")[0] not in STARTUP_IMPORTS]
+    hook_imports = {imp.target.split(".")[0] for imp in _imports(STARTUP_HOOK)}
+    assert "mx_trt" in hook_imports, f"{STARTUP_HOOK} no longer imports mx_trt: update TOP_LEVEL's rules"
+    assert not problems, "top-level modules import the package only from the start-up hook:\n" + "\n".join(problems)
 
 
 # -- the checker itself, on small trees -------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 * :mod:`.hook` - patches ``Symbol.simple_bind`` (and ``Executor.copy_params_from``); reads the switch at every bind;
   runs the other front-ends' installers once mxnet is imported.
+* :mod:`.mxnet_import` - a finder that waits for ``import mxnet`` to install the hook, without importing mxnet.
 * :mod:`.common` - what they share: settings of one call, the backend, the fallback rule.
 * :mod:`.simple_bind` - the accelerated ``simple_bind``: arguments read as MXNet reads them, fallback rules.
 * :mod:`.symbol` - ``Symbol.optimize_for('TensorRT')`` and ``Symbol.bind``.

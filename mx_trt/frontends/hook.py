@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mx_trt import patches
+from mx_trt.frontends import mxnet_import
 from mx_trt.errors import MxTrtError
 from mx_trt.settings import ScopedDefault, masked_subgraph_backend, subgraph_backend_is_tensorrt
 
@@ -157,22 +157,10 @@ def original_simple_bind() -> Any:
 def install_when_mxnet_imported() -> None:
     """Install the hook now if ``mxnet`` is imported, else right after it is (without importing it).
 
-    The start-up hook's finder (``mx_trt_autoload``) does the waiting; when it
-    is unavailable (an unusual install) the hook is installed now, importing mxnet.
+    A finder waits for mxnet (:mod:`mx_trt.frontends.mxnet_import`): the start-up
+    hook's when it is armed, else one armed here.
     """
-    if "mxnet" in sys.modules:
-        install()
-        return
-    try:
-        import mx_trt_autoload
-    except ImportError:
-        install()
-        return
-    arm = getattr(mx_trt_autoload, "arm", None)  # absent in a start-up hook of another mx_trt version
-    if arm is None:
-        install()
-    else:
-        arm()
+    mxnet_import.call_when_imported(install)
 
 
 def _uninstalled() -> None:

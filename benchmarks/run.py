@@ -25,12 +25,14 @@ Sections (see benchmarks/README.md for the latest numbers):
    forward time minus its engine's own run time (the same engine called
    directly), next to the forward time of a no-op Python custom operator.
 4. ``end_to_end``: model-zoo models (seeded random weights) at batch 1 and
-   8: native MXNet with its default threads, native MXNet with
+   8: native MXNet and accelerated (the measured engine rule, fresh plan
+   cache) with MXNet's default threads; native and accelerated with
    ``OMP_NUM_THREADS`` set to the engines' thread count (the CPUs the process
-   may use; a worker process timed in the same rounds,
-   ``mx_trt.tools.native_process``), accelerated (the measured engine rule,
-   fresh plan cache), and the whole model as one engine (every op converts),
-   with the ratios accelerated/whole (target <= 1.05 on CPU) and native/accelerated.
+   may use; worker processes timed in the same rounds,
+   ``mx_trt.tools.native_process``: the accelerated worker's measured rule
+   compares its engines with MXNet at that thread count); and the whole model
+   as one engine (every op converts), with the ratios accelerated/whole (target
+   <= 1.05 on CPU) and native/accelerated at both thread counts.
    ``busy``: the same for ResNet-50 v1 and MobileNetV2 (quick: ResNet-18, batch
    1), first quiet, then with a helper process keeping one core busy
    (``benchmarks/busy.py``: bounded, it stops by itself, also if the runner dies).
@@ -378,11 +380,13 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
                         row = {"model": name, "condition": cond, **r.to_json()}
                         rows.append(row)
                         ratios = row["ratios"]
-                        logger.info("%s batch %d (%s): native %.1f ms, native %dt %s, accelerated %.1f ms; "
-                                    "native/acc %.2f, equal threads %s", name, b, cond, r.native["median_ms"],
-                                    r.threads, f"{r.native_threads['median_ms']:.1f} ms" if r.native_threads else "-",
-                                    r.accelerated["median_ms"], ratios["native/accelerated"] or 0,
-                                    _ratio(ratios.get("native_equal_threads/accelerated")))
+                        logger.info("%s batch %d (%s): native %.1f ms, accelerated %.1f ms, native/acc %.2f; "
+                                    "at %d threads native %s, accelerated %s, native/acc %s", name, b, cond,
+                                    r.native["median_ms"], r.accelerated["median_ms"],
+                                    ratios["native/accelerated"] or 0, r.threads,
+                                    f"{r.native_threads['median_ms']:.1f} ms" if r.native_threads else "-",
+                                    f"{r.accelerated_threads['median_ms']:.1f} ms" if r.accelerated_threads else "-",
+                                    _ratio(ratios.get("native_equal_threads/accelerated_equal_threads")))
                 del sym, args, aux, ckpt
                 gc.collect()
     finally:
@@ -480,12 +484,15 @@ def render_tables(res: Dict[str, Any]) -> str:
             continue
         threads = max((r.get("threads") or 0 for r in res[key]), default=0)
         out.append(f"{title}, median latency in ms (throughput in images/s), random weights, the measured engine "
-                   f"rule; native: MXNet's default threads, native {threads}t: OMP_NUM_THREADS={threads} "
-                   f"(another process, same rounds); target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
+                   f"rule; native and accelerated: MXNet's default threads; native {threads}t and accel {threads}t: "
+                   f"OMP_NUM_THREADS={threads} (worker processes, same rounds; the accelerated one measures its "
+                   f"engines against MXNet at {threads} threads); target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
         rows = []
         for r in res[key]:
             whole = r["whole_model"]
             eq = r.get("native_equal_threads")
+            acc_eq = r.get("accelerated_equal_threads")
+            kept = r.get("engines_kept") or {}
             ratios = r["ratios"]
             aw = ratios["accelerated/whole_model"]
             rows.append([
@@ -493,17 +500,21 @@ def render_tables(res: Dict[str, Any]) -> str:
                 f"{r['native']['median_ms']:.1f} ({r['native']['throughput']:.0f})",
                 f"{eq['median_ms']:.1f} ({eq['throughput']:.0f})" if eq else "-",
                 f"{r['accelerated']['median_ms']:.1f} ({r['accelerated']['throughput']:.0f})",
+                f"{acc_eq['median_ms']:.1f} ({acc_eq['throughput']:.0f})" if acc_eq else "-",
                 f"{whole['median_ms']:.1f} ({whole['throughput']:.0f})" if whole else "-",
                 f"{aw:.3f}" + ("" if aw <= TARGET_ACCEL_OVER_WHOLE else " !") if aw else "-",
                 f"{ratios['native/accelerated']:.2f}",
-                _ratio(ratios.get("native_equal_threads/accelerated")),
+                _ratio(ratios.get("native_equal_threads/accelerated_equal_threads")),
                 f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
+                " / ".join(", ".join(v) or "native" for v in kept.values()) or "-",
                 f"{r['bind_s']['accelerated']:.1f}",
             ])
-        out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated", "whole model",
-                           "accel/whole", "native/accel", f"native {threads}t/accel", "engines (ops)", "bind s"],
+        out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated",
+                           f"accel {threads}t", "whole model", "accel/whole", "native/accel",
+                           f"native {threads}t/accel {threads}t", "engines (ops)", "kept (default / equal)", "bind s"],
                           rows, right_from=3))
-        out.append("! above the target. engines (ops): engines the measured rule kept (operators in them); "
+        out.append("! above the target. engines (ops): engines the measured rule kept at default threads (operators "
+                   "in them); kept: their backend and precision at default and at equal threads; "
                    "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")
     return "\n".join(out)

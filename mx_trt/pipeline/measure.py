@@ -53,6 +53,12 @@ logger = logging.getLogger(__name__)
 
 #: Untimed runs of each executor first.
 WARMUP = 1
+#: Untimed runs of each executor at the start of its turn in every round. MXNet's OpenMP
+#: threads keep spinning for a while after its forward, and an engine's own idle threads
+#: take a while to wake: the first run of a turn pays for whatever ran before it (measured
+#: at two threads, MobileNetV2 batch 1 on OpenVINO: 2.9 ms right after MXNet against 2.2 ms
+#: back to back), a cost that a model run as one engine does not have.
+SETTLE = 1
 #: Timed runs of each executor: at least, and at most.
 MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
@@ -187,13 +193,14 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
 
 def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
                    max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-                   clock: Callable[[], float] = time.perf_counter) -> List[List[float]]:
+                   clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE) -> List[List[float]]:
     """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
-    ``min_runs`` are done. Each round runs every function once, in an order that
-    rotates (MXNet's OpenMP threads spin a while after a forward and slow what
-    runs next), so drift (another process) hits every function alike.
+    ``min_runs`` are done. Each round gives every function a turn of ``settle``
+    untimed runs and one timed run (:data:`SETTLE`: what ran before disturbs the
+    first run of a turn), in an order that rotates, so drift (another process)
+    hits every function alike. Cost: ``len(fns) * (warmup + rounds * (settle + 1))`` runs.
     """
     for fn in fns:
         for _ in range(warmup):
@@ -205,6 +212,8 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
         if r >= min_runs and clock() - start >= seconds:
             break
         for i in idx[r % len(idx):] + idx[:r % len(idx)]:
+            for _ in range(settle):
+                fns[i]()
             t = clock()
             fns[i]()
             times[i].append((clock() - t) * 1e3)
@@ -213,9 +222,9 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
 
 def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
               max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-              clock: Callable[[], float] = time.perf_counter) -> List[float]:
+              clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE) -> List[float]:
     """Median milliseconds of each of ``fns`` (:func:`alternate_runs`)."""
-    return [statistics.median(t) for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock)]
+    return [statistics.median(t) for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock, settle)]
 
 
 #: ``(native forward, [engine forward per candidate], seconds) -> (native ms, [ms per candidate],

@@ -142,35 +142,39 @@ def main(argv: List[str] | None = None) -> int:
     print(f"median latency over {args.runs} runs, in alternating rounds (the machine may be shared: ratios count):")
     print(f"  native, MXNet's own threads (OMP_NUM_THREADS={threads}): {lat['native']:.1f} ms "
           f"(native/mx_trt = {lat['native'] / lat['mx_trt']:.2f}x)")
-    eq = lat.get("native_equal")
-    if eq is not None:
-        print(f"  native, OMP_NUM_THREADS={lat['threads']:.0f} (the CPUs this process may use, another process): "
-              f"{eq:.1f} ms (native/mx_trt = {eq / lat['mx_trt']:.2f}x)")
     print(f"  mx_trt: {lat['mx_trt']:.1f} ms")
+    eq, acc_eq = lat.get("native_equal"), lat.get("mx_trt_equal")
+    if eq is not None:
+        print(f"  at OMP_NUM_THREADS={lat['threads']:.0f} (the CPUs this process may use; worker processes): "
+              f"native {eq:.1f} ms" + (f", mx_trt {acc_eq:.1f} ms (native/mx_trt = {eq / acc_eq:.2f}x)"
+                                       if acc_eq is not None else ""))
     return 0
 
 
 def _latencies(executors: Dict[str, Any], sym: Any, params: Dict[str, Any], shape: Tuple[int, ...], x: np.ndarray,
                runs: int, rounds: int = 5) -> Dict[str, float]:
-    """Median ms of each executor and of native MXNet at the engines' thread count, in alternating rounds."""
+    """Median ms of each executor, and of native and accelerated MXNet at the engines' thread count
+    (worker processes: MXNet fixes its thread count at import), in alternating rounds."""
     threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
     times: Dict[str, List[float]] = {k: [] for k in executors}
-    worker = None
-    try:
-        worker = NativeProcess(sym, params, {"data": shape}, {"data": x}, threads=threads)
-        times["native_equal"] = []
-    except (RuntimeError, OSError) as exc:
-        logging.getLogger(__name__).warning("native MXNet at %d threads not measured: %s", threads, exc)
+    workers: Dict[str, NativeProcess] = {}
+    for key, accelerated in (("native_equal", False), ("mx_trt_equal", True)):
+        try:
+            workers[key] = NativeProcess(sym, params, {"data": shape}, {"data": x}, threads=threads,
+                                         accelerated=accelerated)
+            times[key] = []
+        except (RuntimeError, OSError) as exc:
+            logging.getLogger(__name__).warning("%s at %d threads not measured: %s", key, threads, exc)
     try:
         per = max(1, runs // rounds)
         for r in range(rounds):
             for k, e in executors.items():
                 times[k] += measure(forward_fn(e), per, 3 if r == 0 else 1)
-            if worker is not None:
-                times["native_equal"] += worker.run(per, 3 if r == 0 else 1)
+            for k, w in workers.items():
+                times[k] += w.run(per, 3 if r == 0 else 1)
     finally:
-        if worker is not None:
-            worker.close()
+        for w in workers.values():
+            w.close()
     out = {k: statistics.median(v) for k, v in times.items()}
     out["threads"] = float(threads)
     return out

@@ -1,4 +1,4 @@
-"""Native MXNet in a process of its own, with its own OpenMP thread count, timed on request.
+"""MXNet in a process of its own, with its own OpenMP thread count, natively or accelerated, timed on request.
 
 MXNet fixes its OpenMP thread count when it is imported (``OMP_NUM_THREADS``;
 setting it later through ``MXSetNumOMPThreads`` did not change oneDNN's speed),
@@ -7,11 +7,19 @@ process. :class:`NativeProcess` starts one, binds the model there, and runs
 forwards when asked, so that a benchmark interleaves it with the executors of
 its own process: while it runs, the caller waits on its answer and uses no CPU.
 
+With ``accelerated=True`` the worker binds with the pass on
+(``MXNET_USE_TENSORRT=1``, weights through ``shared_buffer``), so the operators
+left native run on the worker's threads and the measured engine rule compares
+its engines with MXNet at that thread count: the accelerated side of an
+equal-threads comparison, as a user who sets ``OMP_NUM_THREADS`` would run it.
+
 The worker exits when asked, when its standard input closes (the caller died),
 or after :data:`IDLE_SECONDS` without a request.
 
-Protocol (one line each way): the caller writes ``RUNS WARMUP``, the worker
-answers a JSON list of ``RUNS`` latencies in ms; ``quit`` ends it.
+Protocol (one line each way): the worker first writes ``ready`` and a JSON
+object (``engines``: the accelerated bind's engine count, ``backends``: their
+backends); then the caller writes ``RUNS WARMUP``, the worker answers a JSON list
+of ``RUNS`` latencies in ms; ``quit`` ends it.
 """
 from __future__ import annotations
 
@@ -33,7 +41,8 @@ IDLE_SECONDS = 600.0
 
 
 def save_model(folder: str, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
-               inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None) -> str:
+               inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
+               accelerated: bool = False) -> str:
     """Write what the worker binds into ``folder``; returns the path of its spec file."""
     import mxnet as mx
 
@@ -44,7 +53,7 @@ def save_model(folder: str, symbol: Any, params: Mapping[str, Any], shapes: Mapp
     mx.nd.save(os.path.join(folder, "model.params"), nd)
     np.savez(os.path.join(folder, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
     spec = {"shapes": {k: list(v) for k, v in shapes.items()},
-            "type_dict": {k: np.dtype(v).name for k, v in (type_dict or {}).items()}}
+            "type_dict": {k: np.dtype(v).name for k, v in (type_dict or {}).items()}, "accelerated": accelerated}
     path = os.path.join(folder, "spec.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(spec, f)
@@ -52,12 +61,18 @@ def save_model(folder: str, symbol: Any, params: Mapping[str, Any], shapes: Mapp
 
 
 class NativeProcess:
-    """A worker process running native MXNet with ``threads`` OpenMP threads; a context manager.
+    """A worker process running MXNet with ``threads`` OpenMP threads; a context manager.
 
     Args:
         symbol / params / shapes / inputs / type_dict: The model, its weights (args and aux
             by name), its input shapes, the input values and the type dict of the bind.
         threads: ``OMP_NUM_THREADS`` of the worker; ``None``: the CPUs this process may use.
+        accelerated: Bind with the pass on (else natively). The worker inherits this
+            process's environment otherwise (plan cache, engine rule, backend).
+
+    Attributes:
+        engines / backends: The accelerated bind's engine count and their backends (0 and
+            ``[]`` natively, or when every subgraph stayed native).
 
     Raises:
         RuntimeError: the worker could not bind the model (its error output is quoted).
@@ -65,13 +80,16 @@ class NativeProcess:
 
     def __init__(self, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
                  inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
-                 threads: Optional[int] = None) -> None:
+                 threads: Optional[int] = None, accelerated: bool = False) -> None:
         self.threads = threads if threads is not None else engine_threads()
+        self.accelerated = accelerated
+        self.engines: int = 0
+        self.backends: List[str] = []
         self._dir = tempfile.TemporaryDirectory(prefix="mx_trt_native_")
-        spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict)
+        spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict, accelerated)
         env = dict(os.environ)
         env.update({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-                    "MXNET_USE_TENSORRT": "0", "MX_TRT_AUTOLOAD": "0"})
+                    "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"})
         # The worker imports this very copy of mx_trt (a checkout or the installed one).
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])
@@ -79,12 +97,15 @@ class NativeProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "mx_trt.tools.native_process", spec], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
         line = self._read()
-        while line and line.strip() != "ready":  # anything a library printed first
+        while line and not line.startswith("ready"):  # anything a library printed first
             line = self._read()
-        if line.strip() != "ready":
+        if not line.startswith("ready"):
             errors = self._errors()
             self.close()
-            raise RuntimeError(f"native MXNet with {self.threads} threads could not bind the model: {errors}")
+            kind = "accelerated" if accelerated else "native"
+            raise RuntimeError(f"{kind} MXNet with {self.threads} threads could not bind the model: {errors}")
+        about = json.loads(line[len("ready"):] or "{}")
+        self.engines, self.backends = int(about.get("engines", 0)), list(about.get("backends", []))
 
     def _errors(self) -> str:
         self._err.flush()
@@ -142,8 +163,20 @@ def _serve(spec_path: str) -> int:
     args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
     shapes: Dict[str, Tuple[int, ...]] = {k: tuple(v) for k, v in spec["shapes"].items()}
-    exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None, **shapes)
-    exe.copy_params_from(args, aux, allow_extra_params=True)
+    about: Dict[str, Any] = {"engines": 0, "backends": []}
+    if spec.get("accelerated"):
+        import mx_trt  # installs the bind hook; MXNET_USE_TENSORRT=1 is set
+
+        exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None,
+                              shared_buffer={**args, **aux}, **shapes)
+        info = mx_trt.bind_info(exe)
+        if info is not None:
+            chosen = {f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None}
+            about = {"engines": len(info.engines),
+                     "backends": sorted(chosen or ({info.backend} if info.engines else set()))}
+    else:
+        exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None, **shapes)
+        exe.copy_params_from(args, aux, allow_extra_params=True)
     with np.load(os.path.join(folder, "inputs.npz")) as data:
         for k in data.files:
             exe.arg_dict[k][:] = data[k]
@@ -154,7 +187,7 @@ def _serve(spec_path: str) -> int:
             o.wait_to_read()
 
     forward()
-    print("ready", flush=True)
+    print("ready " + json.dumps(about), flush=True)
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], IDLE_SECONDS)
         line = sys.stdin.readline() if ready else ""

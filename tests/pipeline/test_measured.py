@@ -233,13 +233,39 @@ def test_alternate_runs_in_rounds_within_the_budget():
             now[0] += ms / 1e3
         return run
 
-    med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock)
+    med = measure.alternate([fn("a", 10), fn("b", 30)], seconds=0.2, min_runs=3, max_runs=50, warmup=1, clock=clock,
+                            settle=0)
     assert med == pytest.approx([10.0, 30.0])
     # one warm-up each, then a and b alternate, in turn first, until 0.2 s have passed (5 rounds of 40 ms)
     assert calls[:2] == ["a", "b"] and calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
     calls.clear()
-    measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock)
+    measure.alternate([fn("a", 500)], seconds=0.1, min_runs=3, warmup=0, clock=clock, settle=0)
     assert calls == ["a"] * 3  # at least min_runs, whatever the budget
+
+
+def test_each_turn_settles_before_its_timed_run():
+    """The first run of a turn pays for what ran before (MXNet's spinning threads): it is not timed."""
+    calls = []
+    now = [0.0]
+    last = [None]
+
+    def fn(name, ms, penalty_ms):
+        def run():
+            calls.append(name)
+            # slower when the run before was another function's
+            now[0] += (ms + (penalty_ms if last[0] not in (None, name) else 0.0)) / 1e3
+            last[0] = name
+        return run
+
+    med = measure.alternate([fn("native", 10, 0.0), fn("engine", 5, 4.0)], seconds=0.0, min_runs=4, warmup=0,
+                            clock=lambda: now[0])
+    assert med == pytest.approx([10.0, 5.0])  # without settling, 7 ms (below)
+    assert calls[:4] == ["native", "native", "engine", "engine"] and len(calls) == 4 * 2 * (1 + measure.SETTLE)
+    calls.clear()
+    last[0] = None
+    unsettled = measure.alternate([fn("native", 10, 0.0), fn("engine", 5, 4.0)], seconds=0.0, min_runs=4,
+                                  warmup=0, clock=lambda: now[0], settle=0)
+    assert unsettled[1] == pytest.approx(7.0)  # half its timed runs follow MXNet: median of 9, 5, 9, 5
 
 
 def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):

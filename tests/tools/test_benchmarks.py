@@ -56,6 +56,7 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
     assert warm["builds"] == 0 and warm["loads"] == warm["engines"] and warm["timings"]["measure"] == 0
     for row in res["busy"]:
         assert row["condition"] in ("quiet", "one core busy") and row["native_equal_threads"]["median_ms"] > 0
+        assert row["accelerated_equal_threads"]["median_ms"] > 0 and "equal threads" in row["engines_kept"]
     for row in res["memory"]:
         assert row["accelerated"] == (row["label"] != "native")
         assert row["peak_mb"] >= row["base_mb"] > 0

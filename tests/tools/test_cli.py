@@ -176,9 +176,13 @@ def test_bench_whole_model_table(models, capsys):
     head = lines[2].split()
     assert head[:4] == ["batch", "native", "ms", "p90"] and head[5] == "native" and head[6].endswith("t")
     cells = lines[4].split()
-    # batch, three cells for each of native, native at equal threads, accelerated, whole model, three ratios
-    assert cells[0] == "1" and len(cells) == 16 and all(c != "-" for c in cells)
-    assert float(cells[-2]) > 0  # native at equal threads / accelerated
+    # batch, three cells for each of native, native at equal threads, accelerated, accelerated at equal
+    # threads, whole model, three ratios
+    assert cells[0] == "1" and len(cells) == 19 and all(c != "-" for c in cells)
+    assert float(cells[-2]) > 0  # native at equal threads / accelerated at equal threads
+    assert head[14:16] == ["accel", head[6]]
+    kept = [ln for ln in lines if ln.startswith("batch 1: engines kept")]
+    assert kept and "default: onnxruntime" in kept[0] and "equal threads:" in kept[0]
 
 
 def test_progress_bar_on_a_terminal():

@@ -48,8 +48,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0 to 2**32 - 1)")
     p.add_argument("--no-whole", action="store_true", help="skip the whole-model engine")
     p.add_argument("--no-equal-threads", action="store_true",
-                   help="skip native MXNet with OMP_NUM_THREADS set to the CPUs this process may use "
-                        "(timed in a second process, interleaved with the others)")
+                   help="skip native and accelerated MXNet with OMP_NUM_THREADS set to the CPUs this process may "
+                        "use (timed in worker processes, interleaved with the others)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -72,6 +72,10 @@ class BenchRow:
     native_threads: Optional[Dict[str, float]] = None
     threads: int = 0
     native_threads_note: str = ""
+    #: The accelerated bind in a process with ``OMP_NUM_THREADS`` = :attr:`threads`, or ``None``.
+    accelerated_threads: Optional[Dict[str, float]] = None
+    #: Engines kept by each accelerated bind: ``{"default": [...], "equal": [...]}`` of "backend precision".
+    kept: Dict[str, List[str]] = field(default_factory=dict)
 
     def ratios(self) -> Dict[str, Optional[float]]:
         acc = self.accelerated["median_ms"]
@@ -81,6 +85,10 @@ class BenchRow:
             "native/accelerated": self.native["median_ms"] / acc if acc else None,
             "native_equal_threads/accelerated": (self.native_threads["median_ms"] / acc
                                                  if acc and self.native_threads else None),
+            # Both sides at equal threads: the comparison of a user who sets OMP_NUM_THREADS.
+            "native_equal_threads/accelerated_equal_threads": (
+                self.native_threads["median_ms"] / self.accelerated_threads["median_ms"]
+                if self.native_threads and self.accelerated_threads else None),
             "accelerated/whole_model": acc / whole if whole else None,
             # Fastest runs: the least disturbed by other processes on the machine.
             "accelerated/whole_model_best": self.accelerated["min_ms"] / best if best else None,
@@ -93,7 +101,9 @@ class BenchRow:
             "whole_model_note": self.whole_model_note, "engines": self.engines,
             "ops_in_engines": self.ops_in_engines, "ops_total": self.ops_total, "bind_s": self.bind_s,
             "native_equal_threads": self.native_threads, "threads": self.threads,
-            "native_equal_threads_note": self.native_threads_note, "ratios": self.ratios(),
+            "native_equal_threads_note": self.native_threads_note,
+            "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
+            "ratios": self.ratios(),
         }
 
 
@@ -102,18 +112,28 @@ def bench_steps(runs: int, warmup: int) -> int:
     return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
 
 
-def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mapping[str, Any],
-                   ctx: Any) -> Tuple[Optional[NativeProcess], str]:
-    """Native MXNet with OMP_NUM_THREADS = the usable CPUs, in a worker process, or ``None`` and why not."""
+def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mapping[str, Any], ctx: Any,
+                   accelerated: bool = False) -> Tuple[Optional[NativeProcess], str]:
+    """MXNet with OMP_NUM_THREADS = the usable CPUs, in a worker process, or ``None`` and why not.
+
+    ``accelerated``: the worker binds with the pass on, so its native operators and the
+    measured rule's MXNet timings use those threads too.
+    """
     if ctx.device_type != "cpu":
         return None, "CPU contexts only"
     # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
     threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
     try:
-        return NativeProcess(ckpt.symbol, ckpt.params, bshapes, feeds, threads=threads), ""
+        return NativeProcess(ckpt.symbol, ckpt.params, bshapes, feeds, threads=threads, accelerated=accelerated), ""
     except (RuntimeError, OSError) as exc:
-        logger.warning("native MXNet at equal threads not measured: %s", exc)
+        logger.warning("%s MXNet at equal threads not measured: %s", "accelerated" if accelerated else "native", exc)
         return None, str(exc)
+
+
+def kept_engines(info: Any) -> List[str]:
+    """``"backend precision"`` of each engine an accelerated bind kept (its measured decisions, else its backend)."""
+    chosen = [f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None]
+    return sorted(chosen) if chosen else [info.backend] * len(info.engines)
 
 
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
@@ -127,7 +147,10 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     the first). With ``equal_threads``, native MXNet with ``OMP_NUM_THREADS``
     set to the CPUs this process may use runs in a worker process
     (:class:`~mx_trt.tools.native_process.NativeProcess`) in the same rounds:
-    MXNet's thread count is fixed when it is imported.
+    MXNet's thread count is fixed when it is imported. So does the accelerated
+    bind, in a second worker: its native operators and its measured decisions
+    then see MXNet at that thread count, as in the process of a user who sets
+    ``OMP_NUM_THREADS``.
     """
     bshapes = with_batch(shapes, batch)
     feeds = random_inputs(bshapes, seed)
@@ -152,33 +175,48 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         progress.advance(bench_steps(runs, warmup))
         note = ("not measured" if not whole else "measured on CPU contexts only" if ctx.device_type != "cpu"
                 else f"not one engine: {whole_model_note(info)}")
-    worker, worker_note = _equal_threads(ckpt, bshapes, feeds, ctx) if equal_threads else (None, "not measured")
+    workers: Dict[str, NativeProcess] = {}
+    worker_notes: Dict[str, str] = {}
+    if equal_threads:
+        for key, acc in (("native equal threads", False), ("accelerated equal threads", True)):
+            progress.phase(f"batch {batch}: binding {key}")
+            w, why = _equal_threads(ckpt, bshapes, feeds, ctx, accelerated=acc)
+            if w is not None:
+                workers[key] = w
+            else:
+                worker_notes[key] = why
+    worker_note = "; ".join(f"{k}: {v}" for k, v in worker_notes.items()) if equal_threads else "not measured"
     rounds = max(1, min(BENCH_ROUNDS, runs))
-    times: Dict[str, List[float]] = {k: [] for k in variants}
-    threads_ms: List[float] = []
+    times: Dict[str, List[float]] = {k: [] for k in [*variants, *workers]}
     try:
-        order = [*variants, *(["equal threads"] if worker is not None else [])]
+        order = [*variants, *workers]
         for r in range(rounds):
             n = runs // rounds + (1 if r < runs % rounds else 0)
             # The order rotates: MXNet's OpenMP threads spin for a while after its forwards and
             # slow whatever runs next, so no variant always follows the same one.
             for name in order[r % len(order):] + order[:r % len(order)]:
-                if name == "equal threads" and worker is not None:
-                    progress.phase(f"batch {batch}: native, {worker.threads} threads, round {r + 1}/{rounds}")
-                    threads_ms += worker.run(n, warmup if r == 0 else 1)
+                worker = workers.get(name)
+                if worker is not None:
+                    progress.phase(f"batch {batch}: {name} ({worker.threads}), round {r + 1}/{rounds}")
+                    times[name] += worker.run(n, warmup if r == 0 else 1)
                     continue
                 progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
                 times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance)
     finally:
-        if worker is not None:
+        for worker in workers.values():
             worker.close()
     whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
     inside, total = info.plan.op_counts()
+    nat_w, acc_w = workers.get("native equal threads"), workers.get("accelerated equal threads")
+    kept = {"default": kept_engines(info)}
+    if acc_w is not None:
+        kept["equal threads"] = acc_w.backends
     row = BenchRow(batch, bshapes, latency_stats(times["native"], batch), latency_stats(times["accelerated"], batch),
                    whole_stats, note, len(info.engines), inside, total,
                    {"native": bind_native_s, "accelerated": bind_acc_s},
-                   latency_stats(threads_ms, batch) if threads_ms else None,
-                   worker.threads if worker is not None else 0, worker_note)
+                   latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
+                   nat_w.threads if nat_w is not None else 0, worker_note,
+                   latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept)
     del exe, info, engine, native, variants
     return row
 
@@ -190,19 +228,21 @@ def _fmt_ratio(x: Optional[float]) -> str:
 def bench_table(rows: Sequence[BenchRow]) -> str:
     """The side-by-side table ``mxtrt bench`` prints."""
     threads = max((r.threads for r in rows), default=0)
-    eq = f"native {threads}t" if threads else "native eq."
-    head = ("batch", "native ms", "p90", "/s", f"{eq} ms", "p90", "/s", "accel ms", "p90", "/s", "whole ms", "p90", "/s",
-            "native/accel", f"{eq}/accel", "accel/whole")
+    eq = f"{threads}t" if threads else "eq."
+    head = ("batch", "native ms", "p90", "/s", f"native {eq} ms", "p90", "/s", "accel ms", "p90", "/s",
+            f"accel {eq} ms", "p90", "/s", "whole ms", "p90", "/s",
+            "native/accel", f"native {eq}/accel {eq}", "accel/whole")
     table: List[Tuple[str, ...]] = [head]
     for r in rows:
         cells = [str(r.batch)]
-        for st in (r.native, r.native_threads, r.accelerated, r.whole_model):
+        for st in (r.native, r.native_threads, r.accelerated, r.accelerated_threads, r.whole_model):
             if st is None:
                 cells += ["-", "-", "-"]
             else:
                 cells += [f"{st['median_ms']:.2f}", f"{st['p90_ms']:.2f}", f"{st['throughput']:.1f}"]
         ratios = r.ratios()
-        cells += [_fmt_ratio(ratios["native/accelerated"]), _fmt_ratio(ratios["native_equal_threads/accelerated"]),
+        cells += [_fmt_ratio(ratios["native/accelerated"]),
+                  _fmt_ratio(ratios["native_equal_threads/accelerated_equal_threads"]),
                   _fmt_ratio(ratios["accelerated/whole_model"])]
         table.append(tuple(cells))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
@@ -244,10 +284,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"model: {ckpt.prefix}  inputs: {shapes_text(shapes)}  backend: {backend.name}  "
               f"{args.runs} runs after {args.warmup} warm-up, latency in ms, throughput in samples/s")
         print(f"native: MXNet's own threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
-              + (f"native {threads}t: OMP_NUM_THREADS={threads}, the CPUs this process may use, in a second process"
-                 if threads else "equal threads not measured"))
+              + (f"native/accel {threads}t: OMP_NUM_THREADS={threads}, the CPUs this process may use, "
+                 "in worker processes" if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))
         for r in rows:
+            kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}" for k, v in r.kept.items())
+            print(f"batch {r.batch}: engines kept ({kept})")
             if r.whole_model is None:
                 print(f"batch {r.batch}: whole model {r.whole_model_note}")
     return EXIT_OK

@@ -1,18 +1,24 @@
-"""mx_trt.artifacts: an export's private plan cache travels with its bind, never through the environment.
+"""mx_trt.artifacts: export a bound model to a folder and bind it again with mx_trt.load.
 
-Binds in other threads at the same time keep their own cache: none of their
-engines lands in the export's folder, and none of them fails.
+An export's private plan cache travels with its bind, never through the
+environment: binds in other threads at the same time keep their own cache.
+A loaded export gives MXNet's outputs without building an engine, takes the
+batches its engines take, and a damaged or foreign folder is refused with a
+typed error naming what is wrong.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 
 import mxnet as mx
 import numpy as np
+import pytest
 
 import mx_trt
 from mx_trt.cache import EngineCache
+from mx_trt.errors import BackendUnavailableError, ExportError, ShapeError
 
 
 def _cnn(ch):
@@ -66,3 +72,135 @@ def test_export_and_concurrent_binds_keep_their_own_caches(tmp_path):
     assert len(list(export_cache.entries())) == 1, subgraph_nets
     own = EngineCache(os.environ["MXNET_TENSORRT_CACHE_DIR"], max_bytes=0)
     assert len(list(own.entries())) >= 1
+
+
+# -- export, then load: the same outputs as MXNet, and every way a folder can be refused ---------------------------
+#
+# Tolerance: fp32 OP_TOL (tests.harness.mxcheck), a three-layer network.
+
+SHAPE = (2, 3, 8, 8)
+
+
+def _export(tmp_path, monkeypatch, max_batch=None):
+    if max_batch is not None:
+        monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", str(max_batch))
+    sym = _cnn(4)
+    params = _params(sym, SHAPE, 0)
+    outdir = str(tmp_path / "export")
+    manifest = mx_trt.export_model(sym, mx.cpu(), params, {"data": SHAPE}, outdir)
+    monkeypatch.delenv("MXNET_TENSORRT_MAX_BATCH_SIZE", raising=False)
+    return sym, params, outdir, manifest
+
+
+def _forward(exe, x):
+    exe.arg_dict["data"][:] = x
+    return exe.forward(is_train=False)[0].asnumpy()
+
+
+def _snapshot(folder):
+    return {os.path.join(r, f): os.stat(os.path.join(r, f)).st_mtime_ns for r, _, fs in os.walk(folder) for f in fs}
+
+
+def test_a_loaded_export_matches_native_mxnet_and_leaves_the_folder_untouched(tmp_path, monkeypatch):
+    from tests.harness.mxcheck import OP_TOL, run_native
+
+    sym, params, outdir, manifest = _export(tmp_path, monkeypatch)
+    assert manifest["engines"] and manifest["inputs"] == {"data": list(SHAPE)}
+    before = _snapshot(outdir)
+    exe = mx_trt.load(outdir)
+    x = np.random.RandomState(3).uniform(-1, 1, SHAPE).astype(np.float32)
+    ref = run_native(sym, {"data": SHAPE}, params, {}, {"data": x})[0]
+    rtol, atol = OP_TOL["float32"]
+    np.testing.assert_allclose(_forward(exe, x), ref, rtol=rtol, atol=atol)
+    loaded = exe._mx_trt_loaded
+    assert [f.source for f in loaded.engines] == ["export"] * len(manifest["engines"])
+    assert all(f.build_count == 0 and f.run_count == 1 for f in loaded.engines)
+    assert _snapshot(outdir) == before  # read only: nothing written, renamed or removed
+
+
+def test_a_dynamic_export_binds_any_batch_inside_its_profiles(tmp_path, monkeypatch):
+    from tests.harness.mxcheck import OP_TOL, run_native
+
+    sym, params, outdir, _ = _export(tmp_path, monkeypatch, max_batch=4)
+    rtol, atol = OP_TOL["float32"]
+    for batch in (1, 4):
+        shape = (batch,) + SHAPE[1:]
+        x = np.random.RandomState(batch).uniform(-1, 1, shape).astype(np.float32)
+        got = _forward(mx_trt.load(outdir, shapes={"data": shape}), x)
+        np.testing.assert_allclose(got, run_native(sym, {"data": shape}, params, {}, {"data": x})[0],
+                                   rtol=rtol, atol=atol)
+    with pytest.raises(ShapeError, match=r"batch 5 is outside the profiles \[\(1, \d, 4\)\]"):
+        mx_trt.load(outdir, shapes={"data": (5,) + SHAPE[1:]})
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"data": (4, 3, 8, 8)}, "was built for batch 2 only, not 4"),
+    ({"data": (2, 3, 9, 8)}, r"only the batch, dimension 0, may vary"),
+    ({"label": (2,)}, r"\['label'\] are not inputs of the export"),
+    ({"data": (0, 3, 8, 8)}, "expected a tuple of positive ints"),
+    ({"data": (True, 3, 8, 8)}, "expected a tuple of positive ints"),
+    ({"data": "2,3,8,8"}, "expected a tuple of positive ints"),
+    ([("data", (2, 3, 8, 8))], "shapes must be a dict"),
+])
+def test_shapes_a_static_export_cannot_take_are_a_shape_error(tmp_path, monkeypatch, shapes, message):
+    _, _, outdir, _ = _export(tmp_path, monkeypatch)
+    with pytest.raises(ShapeError, match=message):
+        mx_trt.load(outdir, shapes=shapes)
+
+
+def _rewrite_manifest(outdir, **changes):
+    path = os.path.join(outdir, "mx_trt.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest.update(changes)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+@pytest.mark.parametrize("damage, error, message", [
+    ("flip a byte of the params", ExportError, "model-0000.params is damaged: its sha256 differs"),
+    ("truncate the symbol", ExportError, "model-symbol.json is damaged: its size differs"),
+    ("remove the manifest", ExportError, "is not an mx_trt export: no mx_trt.json"),
+    ("another format", ExportError, "has format 1; this mx_trt reads format 2"),
+    ("a symbol outside the folder", ExportError, "'symbol' is '../model-symbol.json'; expected a file name inside"),
+    ("an unknown backend", BackendUnavailableError, "needs the tensorrt_9 backend, which this build lacks"),
+    ("remove the engines", ExportError, "the engine of .* is missing or corrupt"),
+])
+def test_a_damaged_export_is_refused_naming_what_is_wrong(tmp_path, monkeypatch, damage, error, message):
+    import shutil
+
+    _, _, outdir, manifest = _export(tmp_path, monkeypatch)
+    if damage == "flip a byte of the params":
+        path = os.path.join(outdir, "model-0000.params")
+        data = bytearray(open(path, "rb").read())
+        data[-1] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+    elif damage == "truncate the symbol":
+        path = os.path.join(outdir, "model-symbol.json")
+        open(path, "w").write(open(path).read()[:-10])
+    elif damage == "remove the manifest":
+        os.remove(os.path.join(outdir, "mx_trt.json"))
+    elif damage == "another format":
+        _rewrite_manifest(outdir, format=1)
+    elif damage == "a symbol outside the folder":
+        _rewrite_manifest(outdir, symbol="../model-symbol.json")
+    elif damage == "an unknown backend":
+        _rewrite_manifest(outdir, backend="tensorrt_9")
+    else:
+        shutil.rmtree(os.path.join(outdir, "engines"))
+    with pytest.raises(error, match=message):
+        mx_trt.load(outdir)
+
+
+def test_an_export_for_the_cpu_is_not_bound_on_a_gpu_and_a_full_folder_is_not_overwritten(tmp_path, monkeypatch):
+    sym, params, outdir, _ = _export(tmp_path, monkeypatch)
+    with pytest.raises(ExportError, match=r"holds cpu engines; it cannot be bound on gpu\(0\)"):
+        mx_trt.load(outdir, ctx=mx.gpu(0))
+    with pytest.raises(ExportError, match="is not empty"):
+        mx_trt.export_model(sym, mx.cpu(), params, {"data": SHAPE}, outdir)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    with pytest.raises(ExportError, match=r"is not an mx_trt export .*not overwriting it"):
+        mx_trt.export_model(sym, mx.cpu(), params, {"data": SHAPE}, str(mine), overwrite=True)
+    assert (mine / "notes.txt").read_text() == "the user's"

@@ -1,7 +1,7 @@
 """Run a callable right after ``mxnet`` is imported, without importing it (a ``sys.meta_path`` finder).
 
 ``import mx_trt`` before ``import mxnet`` must not import mxnet, yet the hook
-has to go in once mxnet is there: :func:`arm` puts a finder at the front of
+has to go in once mxnet is there: :func:`call_when_imported` puts a finder at the front of
 ``sys.meta_path`` that answers only for the top-level ``mxnet``, wraps the
 loader the finders after it return, and, once ``mxnet/__init__.py`` has run,
 takes itself off ``sys.meta_path`` and calls the callable.

@@ -8,6 +8,9 @@ the median forward latency of
 * ``native, equal threads``: MXNet with ``OMP_NUM_THREADS`` set to the engines'
   thread count, in a worker process (``mx_trt.tools.native_process``) timed in
   the same rounds (models with custom operators of this process cannot run there);
+* ``measured, equal threads``: the pass with the shipped rule in a second worker
+  process with that ``OMP_NUM_THREADS``: its native operators and the MXNet
+  timings its rule compares with run at that thread count;
 * ``measured``: the pass with the shipped rule (each engine timed against MXNet
   running its subgraph at bind, kept when faster; a fresh plan cache);
 * ``cost``: the pass with the cost estimate (``passes/cost.py``: a subgraph
@@ -17,7 +20,12 @@ the median forward latency of
 
 The executors are bound first and then timed in rounds that rotate
 their order, so that load on the machine, and MXNet's OpenMP threads still
-spinning after a native forward, fall on all of them alike.
+spinning after a native forward, fall on all of them alike. With ``busy``, the
+same executors are timed again while a helper process keeps one core busy
+(``benchmarks/busy.py``), as a machine that gets busy after the bind. Other
+batch sizes than 1 (``batches``) scale dimension 0 of every input; a model that
+MXNet itself cannot bind at that batch (a batch of 1 built into the graph) is
+reported and skipped.
 """
 from __future__ import annotations
 
@@ -87,6 +95,22 @@ VARIANTS: Dict[str, Optional[Dict[str, Optional[str]]]] = {
 }
 #: Native MXNet with OMP_NUM_THREADS = the engines' threads, in a worker process (mx_trt.tools.native_process).
 EQUAL = "native, equal threads"
+#: The pass (measured rule) in a worker process with OMP_NUM_THREADS = the engines' threads.
+EQUAL_MEASURED = "measured, equal threads"
+CONDITIONS = ("quiet", "one core busy")
+
+
+def at_batch(model: Any, batch: int) -> Any:
+    """``model`` with dimension 0 of every input scaled to ``batch`` (inputs tiled); the model itself at 1."""
+    import dataclasses
+
+    import numpy as np
+
+    if batch == 1:
+        return model
+    shapes = {k: (v[0] * batch, *v[1:]) for k, v in model.shapes.items()}
+    inputs = {k: np.concatenate([v] * batch, axis=0) for k, v in model.inputs.items()}
+    return dataclasses.replace(model, shapes=shapes, inputs=inputs)
 
 
 def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]], cache: str = "") -> Tuple[Any, Any]:
@@ -138,107 +162,175 @@ def _native_reasons(info: Any, limit: int = 6) -> List[str]:
     return rows[:limit] + ([f"... {len(rows) - limit} more op types"] if len(rows) > limit else [])
 
 
-def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[str, Any]]:
-    """One row per model; see the module docstring."""
-    from mx_trt.builder import engines
-
+def bench_models(names: Sequence[str], runs: int, warmup: int = 1, batches: Sequence[int] = (1,),
+                 busy: bool = False) -> List[Dict[str, Any]]:
+    """One row per model and batch; see the module docstring."""
     builders = _builders()
     rows: List[Dict[str, Any]] = []
     for name in names:
         build, desc = builders[name]
         t0 = time.perf_counter()
-        model = build()
+        base = build()
         logger.info("%s (%s) built in %.1f s", name, desc, time.perf_counter() - t0)
-        exes: Dict[str, Any] = {}
-        infos: Dict[str, Any] = {}
-        bind_s: Dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="mx_trt_bench_models_") as cache:
-            for variant, env in VARIANTS.items():
-                t = time.perf_counter()
-                # The measured rule keeps its decisions in a plan cache (fresh: this bind times the engines).
-                exes[variant], infos[variant] = _bind(model, env, cache if variant == "measured" else "")
-                bind_s[variant] = time.perf_counter() - t
-        worker = _equal_threads(model)
-        times: Dict[str, List[float]] = {v: [] for v in [*VARIANTS, *([EQUAL] if worker else [])]}
-        for v, exe in exes.items():
-            for _ in range(warmup):
-                _forward(exe)
-        runners: Dict[str, Callable[[], float]] = {v: (lambda e=exe: _forward(e)) for v, exe in exes.items()}
-        if worker is not None:
-            worker.run(0, warmup)
-            runners[EQUAL] = lambda: worker.run(1)[0]
-        order = list(runners)
-        try:
-            for r in range(runs):
-                # Rotate the order: MXNet's OpenMP threads spin for a while after a native
-                # forward and slow whatever runs next, so no variant always follows another.
-                for v in order[r % len(order):] + order[:r % len(order)]:
-                    times[v].append(runners[v]())
-        finally:
-            if worker is not None:
-                worker.close()
-        med = {v: statistics.median(ts) for v, ts in times.items()}
-        info = infos["cost"]
-        inside, total = info.plan.op_counts()
-        row = {
-            "model": name, "input": desc, "ops": total, "ops_in_engines": inside,
-            "engines": {v: len(infos[v].engines) for v in VARIANTS if infos[v] is not None},
-            "partitions": {v: sorted(sg.nodes for sg in infos[v].plan.partition.subgraphs)
-                           for v in VARIANTS if infos[v] is not None},
-            "native_ops": _native_reasons(info),
-            "median_ms": med, "bind_s": bind_s,
-            "native/cost": med["native"] / med["cost"], "always/cost": med["always"] / med["cost"],
-            "native/measured": med["native"] / med["measured"],
-            "native_equal_threads/measured": med[EQUAL] / med["measured"] if EQUAL in med else None,
-            "threads": worker.threads if worker is not None else 0,
-            "measured_engines": len(infos["measured"].engines),
-            "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
-        }
-        logger.info("%s: %d/%d ops in %d engines; native %.1f ms, cost %.1f ms, always %.1f ms", name, inside, total,
-                    row["engines"]["cost"], med["native"], med["cost"], med["always"])
-        rows.append(row)
-        row["partitions"] = {v: [list(p) for p in ps] for v, ps in row["partitions"].items()}
-        del exes, infos, model
-        engines.clear_pool()
+        for b in batches:
+            row = _bench_one(name, at_batch(base, b), b, desc, runs, warmup, busy)
+            if row is not None:
+                rows.append(row)
+        del base
         gc.collect()
     return rows
 
 
-def _equal_threads(model: Any) -> Any:
-    """Native MXNet with the engines' thread count in a worker process, or ``None`` (logged) if it cannot run there."""
+def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: int,
+               busy: bool) -> Optional[Dict[str, Any]]:
+    from busy import BusyCore
+
+    from mx_trt.builder import engines
+
+    exes: Dict[str, Any] = {}
+    infos: Dict[str, Any] = {}
+    bind_s: Dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="mx_trt_bench_models_") as cache:
+        for variant, env in VARIANTS.items():
+            t = time.perf_counter()
+            try:
+                # The measured rule keeps its decisions in a plan cache (fresh: this bind times the engines).
+                exes[variant], infos[variant] = _bind(model, env, cache if variant == "measured" else "")
+            except Exception as exc:  # noqa: BLE001 - reported in the results, the run goes on
+                if variant != "native":
+                    raise
+                logger.warning("%s at batch %d: MXNet itself does not bind it (%s); skipped", name, batch,
+                               str(exc).splitlines()[0][:200])
+                return None
+            bind_s[variant] = time.perf_counter() - t
+        workers = _equal_threads(model, cache)
+        for v, exe in exes.items():
+            for _ in range(warmup):
+                _forward(exe)
+        runners: Dict[str, Callable[[], float]] = {v: (lambda e=exe: _forward(e)) for v, exe in exes.items()}
+        for key, worker in workers.items():
+            worker.run(0, warmup)
+            runners[key] = lambda w=worker: w.run(1)[0]
+        by_condition: Dict[str, Dict[str, float]] = {}
+        order = list(runners)
+        try:
+            for cond in (CONDITIONS if busy else CONDITIONS[:1]):
+                helper = BusyCore(seconds=max(120.0, 30.0 * runs)) if cond == "one core busy" else None
+                if helper is not None:
+                    helper.start()
+                    time.sleep(0.3)
+                times: Dict[str, List[float]] = {v: [] for v in order}
+                try:
+                    for r in range(runs):
+                        # Rotate the order: MXNet's OpenMP threads spin for a while after a native
+                        # forward and slow whatever runs next, so no variant always follows another.
+                        for v in order[r % len(order):] + order[:r % len(order)]:
+                            runners[v]()  # settles: the first run after another variant pays for it
+                            times[v].append(runners[v]())
+                finally:
+                    if helper is not None:
+                        helper.stop()
+                by_condition[cond] = {v: statistics.median(ts) for v, ts in times.items()}
+        finally:
+            for worker in workers.values():
+                worker.close()
+    med = by_condition["quiet"]
+    info = infos["cost"]
+    inside, total = info.plan.op_counts()
+    acc_w = workers.get(EQUAL_MEASURED)
+    row = {
+        "model": name, "batch": batch, "input": desc if batch == 1 else f"{batch}x " + desc,
+        "ops": total, "ops_in_engines": inside,
+        "engines": {v: len(infos[v].engines) for v in VARIANTS if infos[v] is not None},
+        "partitions": {v: [list(p) for p in sorted(sg.nodes for sg in infos[v].plan.partition.subgraphs)]
+                       for v in VARIANTS if infos[v] is not None},
+        "native_ops": _native_reasons(info),
+        "median_ms": med, "by_condition": by_condition, "bind_s": bind_s,
+        "native/cost": med["native"] / med["cost"], "always/cost": med["always"] / med["cost"],
+        "native/measured": med["native"] / med["measured"],
+        "native_equal_threads/measured": med[EQUAL] / med["measured"] if EQUAL in med else None,
+        "ratios": {cond: _four_ratios(m) for cond, m in by_condition.items()},
+        "threads": next(iter(workers.values())).threads if workers else 0,
+        "measured_engines": len(infos["measured"].engines),
+        "measured_engines_equal_threads": acc_w.engines if acc_w is not None else None,
+        "kept": {"default": _kept(infos["measured"]), "equal threads": acc_w.backends if acc_w is not None else None},
+        "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
+    }
+    logger.info("%s batch %d: %d/%d ops in %d engines; %s", name, batch, inside, total, row["engines"]["cost"],
+                "; ".join(f"{c}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if v is not None)
+                          for c, r in row["ratios"].items()))
+    del exes, infos
+    engines.clear_pool()
+    gc.collect()
+    return row
+
+
+def _four_ratios(med: Mapping[str, float]) -> Dict[str, Optional[float]]:
+    """native/accelerated at MXNet's default threads and at equal threads (both sides in worker processes)."""
+    eq, acc_eq = med.get(EQUAL), med.get(EQUAL_MEASURED)
+    return {"default threads": med["native"] / med["measured"],
+            "equal threads": eq / acc_eq if eq and acc_eq else None}
+
+
+def _kept(info: Any) -> List[str]:
+    chosen = [f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None]
+    return sorted(chosen) if chosen else [info.backend] * len(info.engines)
+
+
+def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:
+    """Native MXNet and the pass with the engines' thread count in worker processes (those that can run there)."""
     from mx_trt.builder.cpus import engine_threads
     from mx_trt.settings import env_int
     from mx_trt.tools.native_process import NativeProcess
 
     threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
-    try:
-        return NativeProcess(model.sym, model.params, model.shapes, model.inputs, model.dtypes, threads=threads)
-    except (RuntimeError, OSError) as exc:
-        logger.warning("%s: native MXNet at equal threads not measured: %s", model.name, exc)
-        return None
+    out: Dict[str, Any] = {}
+    for key, accelerated in ((EQUAL, False), (EQUAL_MEASURED, True)):
+        try:
+            out[key] = NativeProcess(model.sym, model.params, model.shapes, model.inputs, model.dtypes, threads=threads,
+                                     accelerated=accelerated, cache_dir=cache)
+        except (RuntimeError, OSError) as exc:
+            logger.warning("%s: %s not measured: %s", model.name, key, exc)
+    return out
 
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown tables: the partition, and the three rules side by side."""
     out = ["| model | input | ops in engines | engines | left native (reason) | native ms | accelerated ms | native/accelerated |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
+    first = [r for r in rows if r.get("batch", 1) == 1] or list(rows)
+    conds = [c for c in CONDITIONS if any(c in r.get("ratios", {}) for r in rows)]
+    for r in first:
         native = "<br>".join(r["native_ops"]) or "none"
         m = r["median_ms"]
         out.append(f"| {r['model']} | {r['input']} | {r['ops_in_engines']} of {r['ops']} | {r['engines']['cost']} | "
                    f"{native} | {m['native']:.1f} | {m['cost']:.1f} | {r['native/cost']:.2f} |")
     threads = max((r.get("threads") or 0 for r in rows), default=0)
-    out += ["", f"| model | native ms | native {threads}t ms | measured: engines, ms | native/measured | "
-                f"native {threads}t/measured |", "| --- | --- | --- | --- | --- | --- |"]
+    head = " | ".join(f"{c}: native / measured, default threads | {c}: native {threads}t / measured {threads}t"
+                      for c in conds)
+    out += ["", f"| model | batch | native ms | native {threads}t ms | measured ms | measured {threads}t ms | "
+                f"engines kept (default / {threads}t) | {head} |",
+            "| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * (2 * len(conds))]
+
+    def cell(x: Optional[float]) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    def ms(x: Optional[float]) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
     for r in rows:
         m = r["median_ms"]
-        eq = m.get(EQUAL)
-        ratio = r.get("native_equal_threads/measured")
-        out.append(f"| {r['model']} | {m['native']:.1f} | {f'{eq:.1f}' if eq else '-'} | {r['measured_engines']}, "
-                   f"{m['measured']:.1f} | {r['native/measured']:.2f} | {f'{ratio:.2f}' if ratio else '-'} |")
+        kept = r.get("kept") or {}
+        kept_txt = " / ".join("native" if v == [] else "-" if v is None else ", ".join(v)
+                              for v in (kept.get("default"), kept.get("equal threads")))
+        ratios = r.get("ratios", {})
+        out.append(f"| {r['model']} | {r.get('batch', 1)} | {ms(m['native'])} | {ms(m.get(EQUAL))} | "
+                   f"{ms(m['measured'])} | {ms(m.get(EQUAL_MEASURED))} | {kept_txt} | "
+                   + " | ".join(f"{cell(ratios.get(c, {}).get('default threads'))} | "
+                                f"{cell(ratios.get(c, {}).get('equal threads'))}" for c in conds) + " |")
     out += ["", "| model | never (native) ms | always: engines, ms | cost rule: engines, ms | best |",
             "| --- | --- | --- | --- | --- |"]
-    for r in rows:
+    for r in first:
         m, e = r["median_ms"], r["engines"]
         if r["partitions"]["always"] == r["partitions"]["cost"]:
             best = "same partition"

@@ -668,6 +668,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "quick: resnet18_v1)")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
                     "(default: all of benchmarks/bench_models.py)")
+    ap.add_argument("--models-batches", default=None, help="comma-separated batch sizes of the models section "
+                    "(default 1)")
+    ap.add_argument("--models-busy", action="store_true", help="in the models section, also time every executor "
+                    "with one core kept busy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for MXNet (OMP_NUM_THREADS) and each ONNX Runtime engine "
@@ -726,7 +730,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         names = args.thirdparty.split(",") if args.thirdparty else (
             bench_models.QUICK if args.quick else tuple(bench_models._builders()))
-        res["models"] = bench_models.bench_models(names, 3 if args.quick else bench_models.RUNS)
+        res["models"] = bench_models.bench_models(
+            names, 3 if args.quick else bench_models.RUNS,
+            batches=tuple(int(b) for b in args.models_batches.split(",")) if args.models_batches else (1,),
+            busy=args.models_busy)
     if "int8" in only:
         from bench_int8 import bench_int8
 

@@ -69,6 +69,7 @@ class NativeProcess:
         threads: ``OMP_NUM_THREADS`` of the worker; ``None``: the CPUs this process may use.
         accelerated: Bind with the pass on (else natively). The worker inherits this
             process's environment otherwise (plan cache, engine rule, backend).
+        cache_dir: The worker's plan cache folder (``None``: as in this process's environment).
 
     Attributes:
         engines / backends: The accelerated bind's engine count and their backends (0 and
@@ -80,7 +81,7 @@ class NativeProcess:
 
     def __init__(self, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
                  inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
-                 threads: Optional[int] = None, accelerated: bool = False) -> None:
+                 threads: Optional[int] = None, accelerated: bool = False, cache_dir: Optional[str] = None) -> None:
         self.threads = threads if threads is not None else engine_threads()
         self.accelerated = accelerated
         self.engines: int = 0
@@ -90,6 +91,8 @@ class NativeProcess:
         env = dict(os.environ)
         env.update({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
                     "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"})
+        if cache_dir is not None:
+            env["MXNET_TENSORRT_CACHE_DIR"] = cache_dir
         # The worker imports this very copy of mx_trt (a checkout or the installed one).
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
+from mx_trt.frontends.contrib import bind_info
 
 #: The worker ends after this long without a request.
 IDLE_SECONDS = 600.0
@@ -168,11 +169,11 @@ def _serve(spec_path: str) -> int:
     shapes: Dict[str, Tuple[int, ...]] = {k: tuple(v) for k, v in spec["shapes"].items()}
     about: Dict[str, Any] = {"engines": 0, "backends": []}
     if spec.get("accelerated"):
-        import mx_trt  # installs the bind hook; MXNET_USE_TENSORRT=1 is set
-
+        # ``python -m mx_trt.tools.native_process`` imported the package, which installed the
+        # bind hook; MXNET_USE_TENSORRT=1 is set.
         exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None,
                               shared_buffer={**args, **aux}, **shapes)
-        info = mx_trt.bind_info(exe)
+        info = bind_info(exe)
         if info is not None:
             chosen = {f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None}
             about = {"engines": len(info.engines),

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("mx_trt",)
 #: The stages, first to last: a module imports only modules of its own stage or earlier ones.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
-    ("mx_trt._version", "mx_trt.errors"),
+    ("mx_trt._version", "mx_trt.errors", "mx_trt.fsutil"),
     ("mx_trt.settings", "mx_trt.patches"),
     ("mx_trt.passes",),
     ("mx_trt.graph",),

@@ -18,7 +18,7 @@ from mx_trt.builder import engines
 from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
 from mx_trt.errors import ParamMismatchError, ShapeError
 from mx_trt.frontends.hook import disabled
-from tests.build.test_profiles import cnn
+from tests.builder.test_profiles import cnn
 from tests.mxcheck import OP_TOL, random_params
 
 RTOL, ATOL = OP_TOL["float32"]

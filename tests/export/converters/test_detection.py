@@ -318,7 +318,7 @@ def test_trt_rtx_gate(name, fp16, rows, monkeypatch):
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings
-    from tests.build.test_trt_rtx_gate import gate
+    from tests.builder.test_trt_rtx_gate import gate
     from tests.mxcheck import random_params
 
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")

@@ -422,7 +422,7 @@ def trt_rtx() -> TensorRTRTXBackend:
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("name", ["gathers", "sorts", "sequences"])
 def test_trt_rtx_builds(name, fp16, trt_rtx):
-    from tests.build.test_trt_rtx_gate import gate
+    from tests.builder.test_trt_rtx_gate import gate
 
     sym, shapes = _gate_graphs()[name]
     args, aux = random_params(sym, shapes)

@@ -452,7 +452,7 @@ def rtx() -> TensorRTRTXBackend:
 @pytest.mark.parametrize("name,build", GATE_CASES, ids=_ids(GATE_CASES))
 def test_trt_rtx_gate(name, build, fp16, rtx, monkeypatch):
     """Every operator of the graph goes into an engine, which TensorRT-RTX parses and builds."""
-    from tests.build.test_trt_rtx_gate import gate
+    from tests.builder.test_trt_rtx_gate import gate
 
     monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "1")
     sym, shapes = build()

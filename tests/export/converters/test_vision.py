@@ -335,7 +335,7 @@ def test_trt_rtx_gate(name, fp16, monkeypatch):
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings
-    from tests.build.test_trt_rtx_gate import gate
+    from tests.builder.test_trt_rtx_gate import gate
 
     # Every subgraph becomes an engine, however small (single-op graphs included).
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")

@@ -223,8 +223,8 @@ def fuse_engines(state: BindState) -> BindState:
 
 def make_info(state: BindState) -> BindState:
     """The :class:`BindInfo`: the optimized symbol, its engines, and the digests of the weights they hold."""
-    plan, engines, weights = _need(state.plan, "the plan"), _need(state.engines, "the engines"), \
-        _need(state.weights, "the weights")
+    plan, engines = _need(state.plan, "the plan"), _need(state.engines, "the engines")
+    weights = _need(state.weights, "the weights")
     new_sym: Any = _need(state.symbol, "the optimized symbol")
     graph, absorbed_ids = plan.graph, plan.absorbed_ids()
     new_args = set(new_sym.list_arguments())

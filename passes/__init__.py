@@ -3,6 +3,7 @@
 Modules, in pipeline order:
 
 * :mod:`mx_trt.passes.ir` - the typed graph IR the passes work on.
+* :mod:`mx_trt.passes.naming` - the tensor names every later stage uses (:func:`~mx_trt.passes.naming.entry_name`).
 * :mod:`mx_trt.passes.simplify` - remove inference-time identities before partitioning.
 * :mod:`mx_trt.passes.partition` - maximal TensorRT-compatible subgraphs (the design's method, made exact),
   with :mod:`mx_trt.passes.groups` (incompatibility groups), :mod:`mx_trt.passes.contraction` (the exact check on

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 Shape = Tuple[int, ...]
+#: One batch profile: (min, opt, max) of dimension 0, the batch (what an export and an engine are made for).
+BatchRange = Tuple[int, int, int]
 
 VARIABLE_OP = "null"
 

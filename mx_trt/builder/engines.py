@@ -31,14 +31,15 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.ir import BatchRange, Entry, Graph
+from mx_trt.passes.naming import entry_name
 
 from mx_trt._version import __version__
-from mx_trt.builder.backends.base import Backend, BatchRange, BuildOptions, Engine
+from mx_trt.builder.backends.base import Backend, BuildOptions, Engine
 from mx_trt.cache import make_key, sweep_orphans
 from mx_trt.errors import CacheError, EngineBuildError
 from mx_trt.export.converters import user_fingerprint
-from mx_trt.export.subgraph import ExportedSubgraph, entry_name
+from mx_trt.export.subgraph import ExportedSubgraph
 
 logger = logging.getLogger(__name__)
 

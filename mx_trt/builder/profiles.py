@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List, Mapping, Optional, Tuple
 
 from mx_trt.errors import ShapeError
-from mx_trt.export.dynamic import BatchRange
+from mx_trt.passes.ir import BatchRange
 from mx_trt.settings import Settings
 
 

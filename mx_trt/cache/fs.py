@@ -18,6 +18,7 @@ import stat
 from typing import Any, Dict, Optional, Tuple, Union
 
 from mx_trt.cache.key import byte_view
+from mx_trt.fsutil import write_new
 
 _xxhash: Any
 try:  # a pinned dependency (requirements/base.txt); sha256 keeps working without it
@@ -177,10 +178,7 @@ def file_digest(path: str, algo: Optional[str] = None) -> Tuple[int, str]:
 def write_bytes(data: Union[bytes, bytearray, memoryview], dst: str) -> Dict[str, Any]:
     """Create ``dst`` (never through a link), write and fsync ``data``; its size and digest (:func:`new_hasher`)."""
     mv = byte_view(data)
-    with open(dst, "xb") as f:
-        f.write(mv)
-        f.flush()
-        os.fsync(f.fileno())
+    write_new(dst, mv)
     name, h = new_hasher()
     h.update(mv)
     return {"size": mv.nbytes, "digest": f"{name}:{h.hexdigest()}"}
@@ -220,15 +218,6 @@ def _narrow_mode(path: str) -> None:
     mode = stat.S_IMODE(os.lstat(path).st_mode)
     if mode & ~allowed:
         os.chmod(path, mode & allowed)
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory (so a rename in it is durable)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def unlink_quiet(path: str) -> None:

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 from mx_trt.errors import CacheError
 from mx_trt.cache.entry import FORMAT_VERSION, CacheEntry, make_entry
-from mx_trt.cache.fs import describe, ensure_dir, fsync_dir, unlink_quiet, write_bytes, write_path
+from mx_trt.cache.fs import describe, ensure_dir, unlink_quiet, write_bytes, write_path
 from mx_trt.cache.key import META, bad_file_name, check_key
 from mx_trt.cache.locking import _Staging, sweep_tmp
+from mx_trt.fsutil import fsync_dir
 
 logger = logging.getLogger(__package__)
 

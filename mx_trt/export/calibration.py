@@ -22,7 +22,6 @@ the method (``max(|min|, |max|)`` for ``minmax``).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -33,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from mx_trt.errors import CalibrationError
-from mx_trt.export.subgraph import entry_name
+from mx_trt.fsutil import write_atomic
 from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.naming import entry_name
 
 FORMAT = "mx_trt.calibration/1"
 METHODS = ("entropy", "minmax", "percentile")
@@ -112,21 +112,16 @@ class CalibrationTable:
         return json.dumps(doc, indent=1, sort_keys=True)
 
     def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
-        """Write the table as JSON (atomically: a temporary file renamed into place). Returns the path.
+        """Write the table as JSON (atomically: :func:`mx_trt.fsutil.write_atomic`). Returns the path.
 
         Raises:
             CalibrationError: the folder is missing or the file cannot be written (named; no file left behind).
         """
         path = os.fspath(path)
         check_writable_table(path)
-        tmp = f"{path}.tmp{os.getpid()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.to_json())
-            os.replace(tmp, path)
+            write_atomic(path, self.to_json())
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise CalibrationError(f"cannot write the calibration table {path}: {exc.strerror or exc}") from None
         return path
 

@@ -23,14 +23,11 @@ from mx_trt.export.calibration import TensorRange
 from mx_trt.export.precision import to_fp16
 from mx_trt.export.subgraph import ExportedSubgraph, export_subgraph, initializer_arrays
 from mx_trt.graph.importer import infer_shapes
-from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.ir import BatchRange, Entry, Graph
 
 logger = logging.getLogger(__name__)
 
 BATCH_DIM = "batch"
-
-#: One batch profile: (min, opt, max) of dimension 0.
-BatchRange = Tuple[int, int, int]
 
 
 def with_batch(shapes: Mapping[str, Tuple[int, ...]], batch: int) -> Dict[str, Tuple[int, ...]]:

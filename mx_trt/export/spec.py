@@ -1,8 +1,9 @@
-"""What a converter's validator sees of one MXNet node: :class:`OpSpec`.
+"""What a converter's validator sees of one MXNet node: :class:`OpSpec`, made by :func:`op_spec`.
 
-A leaf module (it imports only the standard library and :mod:`mx_trt.errors`), so
-that the registry, the converters and the backends (which refuse ops for their
-own limits) share the type without importing each other.
+A leaf of the export stage (it imports only the standard library, :mod:`mx_trt.errors`
+and the IR of :mod:`mx_trt.passes.ir`), so that the analysis, the registry, the
+converters and the backends (which refuse ops for their own limits) share the type
+without importing each other.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
 from mx_trt.errors import ConversionError
+from mx_trt.passes.ir import Entry, Graph
 
-__all__ = ["OpSpec", "Shape", "parse_tuple"]
+__all__ = ["OpSpec", "Shape", "op_spec", "parse_tuple"]
 
 Shape = Tuple[int, ...]
 
@@ -107,3 +109,30 @@ def parse_tuple(v: str) -> Optional[Tuple[Any, ...]]:
     if isinstance(val, (list, tuple)):
         return tuple(val)
     return (val,)
+
+
+def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any], backend: str = "") -> OpSpec:
+    """Build the :class:`OpSpec` of node ``nid`` from the graph's inferred shapes/dtypes.
+
+    Args:
+        graph: The graph, with ``shapes`` and ``dtypes`` filled.
+        nid: An operator node.
+        const_vars: Names of variables whose values are known at bind time.
+        backend: The backend's name, for validators with a backend's own limit.
+    """
+    node = graph.nodes[nid]
+    outs = [Entry(nid, k) for k in range(node.num_outputs)]
+    const_idx = frozenset(
+        i for i, e in enumerate(node.inputs) if graph.nodes[e.node].is_variable and graph.nodes[e.node].name in const_vars
+    )
+    return OpSpec(
+        name=node.name,
+        op=node.op,
+        attrs=dict(node.attrs),
+        in_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in node.inputs),  # type: ignore[misc]
+        in_dtypes=tuple(graph.dtypes.get(e, "float32") for e in node.inputs),
+        out_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in outs),  # type: ignore[misc]
+        out_dtypes=tuple(graph.dtypes.get(e, "float32") for e in outs),
+        const_inputs=const_idx,
+        backend=backend,
+    )

@@ -13,8 +13,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from mx_trt.passes.ir import Entry, Graph
+from mx_trt.passes.naming import entry_name
 
-from mx_trt.export.converters import ConvContext, OpSpec, lookup
+from mx_trt.export.converters import ConvContext, lookup
+from mx_trt.export.spec import op_spec
 from mx_trt.export.shapes import PluginShape, check_user_shapes, plugin_shapes_of
 from mx_trt.errors import ConversionError, MissingWeightError, UnsupportedOpError
 
@@ -25,39 +27,6 @@ DEFAULT_OPSET = 17
 EXTERNAL_MIN_BYTES = 1024
 
 
-def entry_name(graph: Graph, e: Entry) -> str:
-    """The tensor name of an entry: a variable's own name, else ``<node>_output<k>``."""
-    node = graph.nodes[e.node]
-    if node.is_variable:
-        return node.name
-    return f"{node.name}_output{e.index}" if node.num_outputs > 1 else f"{node.name}_output"
-
-
-def op_spec(graph: Graph, nid: int, const_vars: Mapping[str, Any], backend: str = "") -> OpSpec:
-    """Build the :class:`OpSpec` of node ``nid`` from the graph's inferred shapes/dtypes.
-
-    Args:
-        graph: The graph, with ``shapes`` and ``dtypes`` filled.
-        nid: An operator node.
-        const_vars: Names of variables whose values are known at bind time.
-        backend: The backend's name, for validators with a backend's own limit.
-    """
-    node = graph.nodes[nid]
-    outs = [Entry(nid, k) for k in range(node.num_outputs)]
-    const_idx = frozenset(
-        i for i, e in enumerate(node.inputs) if graph.nodes[e.node].is_variable and graph.nodes[e.node].name in const_vars
-    )
-    return OpSpec(
-        name=node.name,
-        op=node.op,
-        attrs=dict(node.attrs),
-        in_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in node.inputs),  # type: ignore[misc]
-        in_dtypes=tuple(graph.dtypes.get(e, "float32") for e in node.inputs),
-        out_shapes=tuple(tuple(graph.shapes[e]) if e in graph.shapes else None for e in outs),  # type: ignore[misc]
-        out_dtypes=tuple(graph.dtypes.get(e, "float32") for e in outs),
-        const_inputs=const_idx,
-        backend=backend,
-    )
 
 
 @dataclass

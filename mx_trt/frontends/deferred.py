@@ -46,9 +46,9 @@ from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_settings, grad_requests, scoped_options
 from mx_trt.frontends.simple_bind import accelerated_simple_bind, weights_carried
 from mx_trt.graph import splice
-from mx_trt.export.subgraph import entry_name
 from mx_trt.graph.importer import graph_to_json, inference_identity
 from mx_trt.passes.ir import Entry, Graph, Node
+from mx_trt.passes.naming import entry_name
 from mx_trt.passes.fuse import fuse
 from mx_trt.passes.partition import partition
 from mx_trt.pipeline.measure import subgraph_graph

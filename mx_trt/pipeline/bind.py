@@ -1,17 +1,28 @@
 """The pass proper: from a :class:`BindRequest` to an executor whose fused nodes run engines.
 
-Stages, in order (each names its module)::
+A bind is the list :data:`STAGES`, run in order by :func:`run_stages`: each stage
+is a function that takes the :class:`BindState` so far and returns it with its
+own result added, so the list reads top to bottom as the bind runs::
 
-    analyze              import, simplify, support, partition (pipeline.plan)
-    weights              digests of the weights engines absorb (pipeline.weights)
-    batch_ranges         the batch profiles asked for (build.profiles)
-    engines              per subgraph: reuse one from this process, load it from the
-                         plan cache, or export to ONNX (export.subgraph, export.dynamic,
-                         export.precision) and build (build.engines, build.backends);
-                         a failure leaves that subgraph native with a warning
-    fuse                 each subgraph becomes one fused node (mx_trt.passes.fuse), an MXNet
-                         ``Custom`` node naming its engine (runtime.fused_op)
-    native bind          MXNet's own simple_bind on the optimized symbol (request.native_bind)
+    plan_cache    open the plan cache; the measured engine rule falls back to the cost rule
+                  when it cannot run (no cache, no native bind)
+    import        MXNet symbol -> IR, identities dropped (pipeline.plan.import_graph)
+    partition     support per operator, maximal subgraphs, the engine rule's pruning, the
+                  independent check (pipeline.plan.partition_graph): the Plan
+    int8          the calibration table checked against the graph (pipeline.int8)
+    weights       digests of the weights engines absorb; the batch profiles (builder.profiles)
+    export_build  per subgraph: reuse an engine from this process, load it from the plan cache,
+                  or export to ONNX and build; under the measured rule, time the candidates
+                  (pipeline.engines); a failure leaves that subgraph native with a warning
+    fuse          each subgraph becomes one fused node (mx_trt.passes.fuse), an MXNet
+                  ``Custom`` node naming its engine (runtime.fused_op): the optimized symbol
+    info          the BindInfo: engines, absorbed weights' digests, native failures, counts
+
+:func:`optimize` runs them; :func:`bind` then binds the optimized symbol with
+MXNet's own ``simple_bind`` (``request.native_bind``, :func:`bind_optimized`).
+Each stage's duration is logged at DEBUG (``stage <name> took <ms> ms``) and kept
+in :attr:`BindInfo.timings`. A stage's error propagates unchanged: the front-ends
+decide whether to fall back to MXNet's own bind.
 """
 from __future__ import annotations
 
@@ -19,29 +30,27 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
-from mx_trt.builder.backends import candidate_backends
-from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.builder.profiles import batch_ranges
-from mx_trt.builder.progress import BuildProgress
 from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
-from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
-from mx_trt.export.dynamic import SubgraphExporter
-from mx_trt.export.subgraph import entry_name, op_spec
+from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError
 from mx_trt.graph.importer import graph_to_json
-from mx_trt.passes.fuse import FuseResult, boundary, fuse
+from mx_trt.passes.fuse import FuseResult, fuse
 from mx_trt.passes.ir import Entry, Graph
 from mx_trt.passes.partition import Subgraph
+from mx_trt.pipeline.engines import BindWeights, Engines, build_engines
 from mx_trt.pipeline.int8 import Int8Setup, int8_setup
-from mx_trt.pipeline.measure import Decision, Measurer
-from mx_trt.pipeline.plan import Plan, analyze
+from mx_trt.pipeline.measure import Decision
+from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward, register_engine
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -58,7 +67,8 @@ class BindInfo:
             that are also graph outputs (those stay executor arguments: they are outputs too).
         native_failures: Subgraph name -> why its engine was not built.
         backend: Backend name.
-        timings: Seconds spent per pipeline stage.
+        timings: Seconds spent per stage of :data:`STAGES` (by its name), ``measure`` (the
+            measured rule's timing, inside ``export_build``) and ``bind`` (MXNet's own bind).
         builds / loads / reuses: Engines built, loaded from the plan cache, and
             reused from this process's earlier binds.
         decisions: Subgraph name -> what the measured engine rule decided and measured
@@ -106,6 +116,176 @@ class BindInfo:
         return out[0], out[1]
 
 
+@dataclass(frozen=True)
+class BindState:
+    """The value the stages hand on: the request, then what each stage has added (``None``: not yet run).
+
+    Attributes:
+        request: The bind (``plan_cache`` may switch its engine rule from measured to cost).
+        cache: The plan cache, or ``None`` (disabled or unusable).
+        imported: The imported graph and the names of the known weights.
+        plan: The analysis.
+        int8: The int8 setup, or ``None`` (not int8).
+        weights: The absorbed weights' views and digests, and the batch profiles.
+        engines: The engines built, loaded or reused, and the subgraphs left native.
+        symbol: The optimized MXNet symbol.
+        info: What the executor will carry.
+    """
+
+    request: BindRequest
+    cache: Any = None
+    imported: Optional[Imported] = None
+    plan: Optional[Plan] = None
+    int8: Optional[Int8Setup] = None
+    weights: Optional[BindWeights] = None
+    engines: Optional[Engines] = None
+    symbol: Any = None
+    info: Optional[BindInfo] = None
+
+
+def _need(value: Optional[T], what: str) -> T:
+    """``value``, which an earlier stage must have set.
+
+    Raises:
+        MxTrtError: a stage ran before the one that makes ``what``.
+    """
+    if value is None:
+        raise MxTrtError(f"a bind stage needs {what}, which an earlier stage of STAGES makes")
+    return value
+
+
+# -- The stages, in the order of STAGES ----------------------------------------------------------------
+
+
+def open_plan_cache(state: BindState) -> BindState:
+    """The plan cache of this bind; the cost rule instead of the measured one when that cannot run."""
+    cache = _engine_cache(state.request.settings)
+    return dataclasses.replace(state, cache=cache, request=_resolve_rule(state.request, cache))
+
+
+def import_symbol(state: BindState) -> BindState:
+    """MXNet symbol -> IR (:func:`~mx_trt.pipeline.plan.import_graph`). Raises ShapeError."""
+    return dataclasses.replace(state, imported=import_graph(state.request))
+
+
+def partition_subgraphs(state: BindState) -> BindState:
+    """Support, partition, pruning, check (:func:`~mx_trt.pipeline.plan.partition_graph`): the plan."""
+    return dataclasses.replace(state, plan=partition_graph(state.request, _need(state.imported, "the graph")))
+
+
+def check_int8(state: BindState) -> BindState:
+    """The int8 setup (:func:`~mx_trt.pipeline.int8.int8_setup`). Raises CalibrationError: no usable table."""
+    request = state.request
+    if request.backend is None:
+        raise MxTrtError("a bind request needs a backend")
+    return dataclasses.replace(state, int8=int8_setup(_need(state.plan, "the plan"), request.settings, request.backend))
+
+
+def read_weights(state: BindState) -> BindState:
+    """Views and digests of the weights that engines absorb, read once; the batch profiles asked for."""
+    import mxnet as mx
+
+    plan, request = _need(state.plan, "the plan"), state.request
+    graph, absorbed_ids = plan.graph, plan.absorbed_ids()
+    needed: Set[str] = set()
+    inside = {nid for s in plan.partition.subgraphs for nid in s.nodes}
+    for nid in inside:
+        for e in graph.nodes[nid].inputs:
+            src = graph.nodes[e.node]
+            if src.is_variable and e.node in absorbed_ids:
+                needed.add(src.name)
+    # Native operators still running may rewrite a weight in place (MXNet's oneDNN convolution reorders its
+    # weight into a blocked layout during an inference forward): the weights are read only once nothing runs.
+    mx.nd.waitall()
+    arrays = LazyWeights(request.params, needed)
+    digests = {k: digest_of(arrays[k]) for k in sorted(needed)}  # the views are kept for the export
+    ranges = batch_ranges(request.settings, request.shapes)
+    return dataclasses.replace(state, weights=BindWeights(arrays=arrays, digests=digests, ranges=ranges))
+
+
+def get_engines(state: BindState) -> BindState:
+    """An engine per subgraph, or why it stays native (:func:`~mx_trt.pipeline.engines.build_engines`)."""
+    engines = build_engines(state.request, _need(state.plan, "the plan"), state.int8,
+                            _need(state.weights, "the weights"), state.cache)
+    return dataclasses.replace(state, engines=engines)
+
+
+def fuse_engines(state: BindState) -> BindState:
+    """Each subgraph with an engine becomes one MXNet ``Custom`` node naming it: the optimized symbol."""
+    import mxnet as mx
+
+    plan, engines = _need(state.plan, "the plan"), _need(state.engines, "the engines")
+    kept = [sg for sg, _ in engines.built]
+    fres = fuse(plan.graph, kept, plan.absorbed_ids(), fused_op=OP_TYPE)
+    new_graph, extra = _custom_nodes(fres, engines.built, plan.graph)
+    return dataclasses.replace(state, symbol=mx.sym.load_json(graph_to_json(new_graph, extra)))
+
+
+def make_info(state: BindState) -> BindState:
+    """The :class:`BindInfo`: the optimized symbol, its engines, and the digests of the weights they hold."""
+    plan, engines = _need(state.plan, "the plan"), _need(state.engines, "the engines")
+    weights = _need(state.weights, "the weights")
+    new_sym: Any = _need(state.symbol, "the optimized symbol")
+    graph, absorbed_ids = plan.graph, plan.absorbed_ids()
+    new_args = set(new_sym.list_arguments())
+    new_aux = set(new_sym.list_auxiliary_states())
+    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
+    # A weight that is also a graph output stays an executor argument (it is an output
+    # too), yet the engines hold their own copy of it: copy_params_from must check it as well.
+    absorbed_names |= _baked_heads(graph, absorbed_ids) & set(weights.digests)
+    digests = {name: weights.digests[name] for name in sorted(absorbed_names) if name in weights.digests}
+    backend = state.request.backend
+    info = BindInfo(symbol=new_sym, original=state.request.symbol, plan=plan, engines=[f for _, f in engines.built],
+                    absorbed=digests, native_failures=dict(engines.failures),
+                    backend=backend.name if backend is not None else "", builds=engines.builds,
+                    loads=engines.loads, reuses=engines.reuses, decisions=dict(engines.decisions))
+    return dataclasses.replace(state, info=info)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step of a bind: ``run`` takes the state so far and returns it with its result added."""
+
+    name: str
+    run: Callable[[BindState], BindState]
+
+
+#: The stages of a bind, in the order they run (:func:`run_stages`).
+STAGES: Tuple[Stage, ...] = (
+    Stage("plan_cache", open_plan_cache),
+    Stage("import", import_symbol),
+    Stage("partition", partition_subgraphs),
+    Stage("int8", check_int8),
+    Stage("weights", read_weights),
+    Stage("export_build", get_engines),
+    Stage("fuse", fuse_engines),
+    Stage("info", make_info),
+)
+
+
+def run_stages(state: BindState, stages: Optional[Sequence[Stage]] = None) -> Tuple[BindState, Dict[str, float]]:
+    """Run ``stages`` (default :data:`STAGES`) in order on ``state``; each one's duration is logged at DEBUG.
+
+    Returns:
+        The final state, and seconds per stage name.
+
+    Raises:
+        Whatever a stage raises, unchanged (logged at DEBUG with the stage's name).
+    """
+    timings: Dict[str, float] = {}
+    for stage in STAGES if stages is None else stages:
+        t0 = time.perf_counter()
+        try:
+            state = stage.run(state)
+        except BaseException as exc:
+            logger.debug("stage %s failed after %.1f ms: %s", stage.name, (time.perf_counter() - t0) * 1e3,
+                         type(exc).__name__)
+            raise
+        timings[stage.name] = time.perf_counter() - t0
+        logger.debug("stage %s took %.1f ms", stage.name, timings[stage.name] * 1e3)
+    return state, timings
+
+
 def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
     """The pass proper: :func:`optimize`, then MXNet's own bind of the optimized symbol (:func:`bind_optimized`).
 
@@ -126,7 +306,7 @@ def bind(request: BindRequest) -> Tuple[Any, BindInfo]:
 
 
 def optimize(request: BindRequest) -> BindInfo:
-    """Analyze, get an engine per subgraph, and fuse: the optimized symbol, not yet bound.
+    """Run :data:`STAGES`: the optimized symbol, not yet bound.
 
     ``info.symbol`` holds the fused nodes (MXNet ``Custom`` nodes naming their
     engines, which live as long as ``info``) and the native nodes; weights
@@ -135,118 +315,21 @@ def optimize(request: BindRequest) -> BindInfo:
     Raises:
         MxTrtError: the request cannot be served.
     """
-    import mxnet as mx
-
-    backend = request.backend
-    if backend is None:
+    if request.backend is None:
         raise MxTrtError("a bind request needs a backend")
     t0 = time.perf_counter()
-    cache = _engine_cache(request.settings)
-    request = _resolve_rule(request, cache)
-    sym, settings = request.symbol, request.settings
-    params, shapes = request.params, request.shapes
-    timings: Dict[str, float] = {}
-    plan = analyze(request)
-    graph = plan.graph
-    timings["analyze"] = time.perf_counter() - t0
-    int8 = int8_setup(plan, settings, backend)  # CalibrationError: no usable table for this graph
-    absorbed_ids = plan.absorbed_ids()
-
-    # Weights of nodes inside engines, as numpy and digested, once.
-    needed: Set[str] = set()
-    inside = {nid for s in plan.partition.subgraphs for nid in s.nodes}
-    for nid in inside:
-        for e in graph.nodes[nid].inputs:
-            src = graph.nodes[e.node]
-            if src.is_variable and e.node in absorbed_ids:
-                needed.add(src.name)
-    # Native operators still running may rewrite a weight in place (MXNet's oneDNN convolution reorders its
-    # weight into a blocked layout during an inference forward): the weights are read only once nothing runs.
-    mx.nd.waitall()
-    weights_np = LazyWeights(params, needed)
-    digests_all = {k: digest_of(weights_np[k]) for k in sorted(needed)}  # the views are kept for the export
-    ranges = batch_ranges(settings, shapes)
-    timings["weights"] = time.perf_counter() - t0 - timings["analyze"]
-
-    t1 = time.perf_counter()
-    subgraphs = plan.partition.subgraphs
-    progress = BuildProgress(len(subgraphs))
-    provider = EngineProvider(backend, request.device_id, cache, progress.phase)
-    exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges,
-                                int8.export if int8 is not None else None)
-    rule = _MeasuredRule(request, plan, provider, exporter, int8, weights_np, ranges, cache,
-                         progress.phase) if settings.engine_rule == "measured" else None
-    built: List[Tuple[Subgraph, FusedEngine]] = []
-    failures: Dict[str, str] = {}
-    decisions: Dict[str, Decision] = {}
-    for k, sg in enumerate(subgraphs):
-        ins, outs = boundary(graph, sg.nodes, absorbed_ids)
-        progress.start(k, sg.name, len(sg.nodes))
-        logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
-                    k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
-        job = _job(sg, graph, ins, outs, digests_all, settings, int8, ranges, exporter)
-        sg_provider, sg_exporter, sg_settings, sg_int8 = provider, exporter, settings, int8
-        try:
-            if rule is None:
-                engine, source = provider.get(job)
-            else:
-                decision, chosen = rule.decide(sg, ins, outs, job, digests_all)
-                decisions[sg.name] = decision
-                logger.info("%s: %s%s", sg.name, decision.text, " (stored decision)" if decision.stored else "")
-                if chosen is None:
-                    failures[sg.name] = decision.text
-                    continue
-                engine, source, (sg_provider, sg_exporter, sg_settings, sg_int8) = chosen
-        except MxTrtError as exc:
-            if settings.strict and isinstance(exc, ConversionError):
-                raise  # a converter broke (a user converter's output shape among others): strict wants to know
-            failures[sg.name] = str(exc)
-            logger.warning("subgraph %s (%d ops: %s) stays native: %s", sg.name, len(sg.nodes),
-                           _op_summary(graph, sg.nodes), exc)
-            continue
-        out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
-        fused = register_engine(sg.name, engine, [entry_name(graph, e) for e in ins], out_names)
-        fused.source = source
-        fused.build_count = int(source == "built")
-        # executor.reshape to a batch this engine does not take builds one for it (static, or
-        # over a widened profile when profiles were asked for).
-        fused.rebuild = _Rebuilder(sg_exporter, sg_provider, sg, absorbed_ids, sg_settings,
-                                   ranges if engine.batch_ranges else [], digests_all, sg_int8)
-        if not ranges:
-            fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
-        built.append((sg, fused))
-    progress.done()
-    weights_np.release()  # engines hold what they need; a later rebuild makes new views
-    timings["export_build"] = time.perf_counter() - t1
-
-    t2 = time.perf_counter()
-    kept = [sg for sg, _ in built]
-    fres = fuse(graph, kept, absorbed_ids, fused_op=OP_TYPE)
-    new_graph, extra = _custom_nodes(fres, built, graph)
-    new_sym = mx.sym.load_json(graph_to_json(new_graph, extra))
-    timings["fuse"] = time.perf_counter() - t2
-
-    new_args = set(new_sym.list_arguments())
-    new_aux = set(new_sym.list_auxiliary_states())
-    absorbed_names = {n.name for n in graph.nodes if n.is_variable and n.id in absorbed_ids} - new_args - new_aux
-    # A weight that is also a graph output stays an executor argument (it is an output
-    # too), yet the engines hold their own copy of it: copy_params_from must check it as well.
-    absorbed_names |= _baked_heads(graph, absorbed_ids) & set(digests_all)
-    digests = {name: digests_all[name] for name in sorted(absorbed_names) if name in digests_all}
-    info = BindInfo(symbol=new_sym, original=sym, plan=plan, engines=[f for _, f in built], absorbed=digests,
-                    native_failures=failures, backend=backend.name, timings=timings,
-                    builds=provider.builds, loads=provider.loads, reuses=provider.reuses, decisions=decisions)
-    if rule is not None:
-        info.builds, info.loads, info.reuses = rule.counts()
-        timings["measure"] = rule.measurer.spent_s
-    inside_ops, total_ops = sum(len(s.nodes) for s in kept), len(graph.op_nodes())
+    state, timings = run_stages(BindState(request=request))
+    info, engines = _need(state.info, "the bind info"), _need(state.engines, "the engines")
+    info.timings.update(timings)
     measured = ""
-    if rule is not None:
-        native = sum(1 for d in decisions.values() if d.engine is None)
-        measured = (f"; measured rule: {native} of {len(decisions)} subgraph(s) kept native, "
-                    f"{rule.measurer.timed} timed in {rule.measurer.spent_s:.2f} s")
+    if engines.measured:
+        info.timings["measure"] = engines.measure_s
+        native = sum(1 for d in engines.decisions.values() if d.engine is None)
+        measured = (f"; measured rule: {native} of {len(engines.decisions)} subgraph(s) kept native, "
+                    f"{engines.timed} timed in {engines.measure_s:.2f} s")
+    inside_ops, total_ops = sum(len(sg.nodes) for sg, _ in engines.built), len(info.plan.graph.op_nodes())
     logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s%s",
-                len(kept), inside_ops, total_ops, backend.name, time.perf_counter() - t0, measured)
+                len(engines.built), inside_ops, total_ops, info.backend, time.perf_counter() - t0, measured)
     return info
 
 
@@ -350,123 +433,6 @@ def _resolve_rule(request: BindRequest, cache: Any) -> BindRequest:
     return dataclasses.replace(request, settings=dataclasses.replace(request.settings, engine_rule="cost"))
 
 
-class _MeasuredRule:
-    """The measured rule's side of the engine loop: candidate jobs per subgraph, their providers and exporters."""
-
-    def __init__(self, request: BindRequest, plan: Plan, provider: EngineProvider, exporter: SubgraphExporter,
-                 int8: Optional[Int8Setup], weights_np: Any, ranges: Sequence[Any], cache: Any, progress: Any) -> None:
-        settings = request.settings
-        self.request, self.plan, self.ranges, self.int8 = request, plan, ranges, int8
-        self.settings32 = dataclasses.replace(settings, fp16=False, int8=False)
-        self.providers: Dict[str, EngineProvider] = {provider.backend.name: provider}
-        device = request.ctx.device_type if request.ctx is not None else "cpu"
-        try:
-            others = candidate_backends(device, settings.backend)
-        except MxTrtError:
-            others = []
-        for b in others:
-            if b.name not in self.providers:
-                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress)
-        self.exporter = exporter
-        self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
-            request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
-        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers)
-
-    def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
-               digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
-        """The decision for ``sg``; unless native, (engine, source, (provider, exporter, settings, int8 setup))."""
-        settings = self.request.settings
-        graph = self.plan.graph
-        jobs: Dict[Tuple[str, str], SubgraphJob] = {}
-        first = next(iter(self.providers))  # the bind's own backend, which the analysis asked
-        for name, provider in self.providers.items():
-            if name != first and not _holds(provider.backend, graph, sg.nodes, self.plan.weights):
-                continue  # the analysis asked the bind's backend only: another may refuse some operator
-            jobs[(name, settings.precision)] = job
-            if settings.precision != "fp32":
-                jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
-                                            self.exporter32)
-        decision, chosen = self.measurer.decide(sg, ins, outs, jobs)
-        if chosen is None:
-            return decision, None
-        engine, source, (backend, precision) = chosen
-        fp32 = precision == "fp32" and settings.precision != "fp32"
-        return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
-                                           self.settings32 if fp32 else settings, None if fp32 else self.int8))
-
-    def counts(self) -> Tuple[int, int, int]:
-        """Engines built, loaded and reused over every candidate backend."""
-        ps = list(self.providers.values())
-        return sum(p.builds for p in ps), sum(p.loads for p in ps), sum(p.reuses for p in ps)
-
-
-def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],
-         settings: Settings, int8: Optional[Int8Setup], ranges: Sequence[Any], exporter: SubgraphExporter) -> SubgraphJob:
-    used = {graph.nodes[e.node].name for n in sg.nodes for e in graph.nodes[n].inputs if graph.nodes[e.node].is_variable}
-    return SubgraphJob(name=sg.name, graph=graph, nodes=sg.nodes, inputs=ins, outputs=outs,
-                       weight_digests={k: v for k, v in digests.items() if k in used}, fp16=settings.fp16,
-                       precision=settings.precision, calibration=int8.key if int8 is not None else "", batch_ranges=ranges,
-                       export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
-                       initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
-                       weight_views=exporter.weight_views)
-
-
-def _holds(backend: Any, graph: Graph, nodes: Sequence[int], weights: Any) -> bool:
-    """Whether ``backend`` takes every node of ``nodes``: its tensor types and its own limits."""
-    for n in nodes:
-        spec = op_spec(graph, n, weights, backend.name)
-        if backend.dtype_reason(spec) is not None or backend.supports(spec) is not None:
-            return False
-    return True
-
-
 def _baked_heads(graph: Graph, absorbed: Set[int]) -> Set[str]:
     """Names of absorbed variables that are also graph outputs."""
     return {graph.nodes[e.node].name for e in graph.heads if e.node in absorbed}
-
-
-class _Rebuilder:
-    """Gets a fused node's engine for another batch (``executor.reshape``): ``batch -> (engine, source)``.
-
-    With batch profiles (a batch-dynamic engine), the new engine's profile
-    spans 1 to the largest batch seen; otherwise it is static at ``batch``.
-    The engine comes from :class:`EngineProvider` as at bind: this process's
-    pool, the plan cache, or a build.
-
-    Raises:
-        ParamMismatchError: a weight baked in at bind time has changed in the caller's arrays since.
-        MxTrtError: the subgraph does not export or build at that batch.
-    """
-
-    def __init__(self, exporter: SubgraphExporter, provider: EngineProvider, sg: Subgraph, absorbed: Set[int],
-                 settings: Settings, ranges: Sequence[Any], digests: Mapping[str, str],
-                 int8: Optional[Int8Setup] = None) -> None:
-        self.exporter, self.provider, self.sg, self.absorbed = exporter, provider, sg, absorbed
-        self.settings, self.ranges, self.digests, self.int8 = settings, list(ranges), digests, int8
-
-    def __call__(self, batch: int) -> Tuple[Any, str]:
-        ranges = [(1, batch, max(max(r[2] for r in self.ranges), batch))] if self.ranges else []
-        try:
-            graph = self.exporter.graph_at(batch)
-        except MxTrtError:
-            raise
-        except Exception as exc:  # MXNet refuses the batch (a shape fixed in the graph)
-            raise ShapeError(f"{self.sg.name}: MXNet cannot infer the graph's shapes at batch {batch}: {exc}") from exc
-        ins, outs = boundary(graph, self.sg.nodes, self.absorbed)
-        job = _job(self.sg, graph, ins, outs, self.digests, self.settings, self.int8, ranges, self.exporter)
-        for name, baked in sorted(job.weight_digests.items()):
-            # The export reads the caller's arrays now: they must still hold what the bind baked in.
-            if digest_of(self.exporter.params[name]) != baked:
-                raise ParamMismatchError(f"{self.sg.name}: weight {name!r} changed since the bind, so an engine "
-                                         f"for batch {batch} would not match the bound one; bind again")
-        got = self.provider.get(job)
-        if ranges:
-            self.ranges = ranges
-        return got
-
-
-def _op_summary(graph: Graph, nodes: Sequence[int]) -> str:
-    counts: Dict[str, int] = {}
-    for nid in nodes:
-        counts[graph.nodes[nid].op] = counts.get(graph.nodes[nid].op, 0) + 1
-    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))

@@ -20,7 +20,7 @@ from mx_trt.errors import CalibrationError
 from mx_trt.export.calibration import CalibrationTable, activation_inputs, int8_exclusions, load_table
 from mx_trt.export.dynamic import Int8Export
 from mx_trt.export.int8 import TENSORRT_STYLE
-from mx_trt.export.subgraph import entry_name
+from mx_trt.passes.naming import entry_name
 from mx_trt.pipeline.plan import Plan
 from mx_trt.settings import Settings
 

@@ -41,10 +41,10 @@ from mx_trt.builder.cpus import engine_threads
 from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.cache import make_key
 from mx_trt.errors import CacheError, MxTrtError
-from mx_trt.export.subgraph import entry_name
 from mx_trt.graph.importer import graph_to_json
 from mx_trt.passes.cost import Timed, choose_measured, graph_macs, worth_an_engine
 from mx_trt.passes.ir import Entry, Graph, Node
+from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
 from mx_trt.runtime.fused_op import OP_TYPE, register_engine
 from mx_trt.settings import thread_settings
@@ -120,7 +120,7 @@ def subgraph_graph(graph: Graph, nodes: Sequence[int], ins: Sequence[Entry], out
     """The subgraph as a graph of its own: its boundary inputs and the weights it reads become variables.
 
     Boundary inputs are named as the fused node names them
-    (:func:`~mx_trt.export.subgraph.entry_name`), weights keep their names, so
+    (:func:`~mx_trt.passes.naming.entry_name`), weights keep their names, so
     one feed dictionary serves both executors. O(len(nodes) + their inputs).
     """
     new: List[Node] = []

@@ -1,6 +1,9 @@
 """Analysis of one bind: import the graph once, drop identities, decide support, partition.
 
-Stages, in order (each names its module)::
+Two stages of the bind (:data:`mx_trt.pipeline.bind.STAGES`): :func:`import_graph`
+(the first two steps below) and :func:`partition_graph` (the others); :func:`analyze`
+runs both for the callers that need only the analysis (calibration, the
+whole-model export, the CLI's report). In order (each names its module)::
 
     symbol_to_graph      MXNet symbol -> IR with MXNet's inferred shapes/dtypes (graph.importer)
     remove_identities    inference-time identities (Dropout, BlockGrad, ...) go (mx_trt.passes.simplify)
@@ -15,14 +18,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
 from mx_trt.builder.backends import Backend, TensorRTBackend
 from mx_trt.errors import ShapeError
 from mx_trt.export.converters import check as check_op
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from mx_trt.graph.importer import inference_identity, symbol_to_graph
 from mx_trt.passes.cost import keep_worthwhile
 from mx_trt.passes.ir import Entry, Graph
@@ -92,22 +95,33 @@ def _default_dtype_reason(spec: Any) -> Optional[str]:
     return None
 
 
-def analyze(request: BindRequest) -> Plan:
-    """Run the analysis half of the pass (no export, no engine): import, simplify, support, partition.
+@dataclass(frozen=True)
+class Imported:
+    """The graph of one bind, imported from MXNet once and simplified.
 
-    The graph is imported from MXNet once here; every later stage reads
-    :attr:`Plan.graph`. Cost: one MXNet shape/type inference, then O(V + E)
-    plus the partitioner's cost (``mx_trt.passes.partition``).
+    Attributes:
+        graph: The IR with MXNet's inferred shapes and dtypes, inference-time identities removed.
+        weights: Names of variables whose values are known (in ``shared_buffer``, without a shape given).
+    """
+
+    graph: Graph
+    weights: FrozenSet[str]
+
+
+def import_graph(request: BindRequest) -> Imported:
+    """MXNet symbol -> IR, with MXNet's own shape and type inference; identities dropped.
+
+    This is the only import of the graph in a bind: every later stage reads
+    :attr:`Imported.graph` (then :attr:`Plan.graph`). Cost: one MXNet shape/type
+    inference, then O(V + E).
 
     Args:
-        request: The bind (symbol, shapes, weights, dtypes, settings, backend).
-            The backend's restrictions apply; ``None`` checks the converters
-            against the tensor types TensorRT engines hold.
+        request: The bind (symbol, shapes, weights, dtypes).
 
     Raises:
         ShapeError: shapes are missing or contradictory.
     """
-    sym, shapes, params, settings, backend = request.symbol, request.shapes, request.params, request.settings, request.backend
+    sym, shapes, params = request.symbol, request.shapes, request.params
     type_dict = request.type_dict
     all_shapes = {k: tuple(int(d) for d in v.shape) for k, v in params.items()}
     all_shapes.update({k: tuple(v) for k, v in shapes.items()})
@@ -127,14 +141,32 @@ def analyze(request: BindRequest) -> Plan:
     missing = [n.name for n in graph.nodes if n.is_variable and Entry(n.id, 0) not in graph.shapes]
     if missing:
         raise ShapeError(f"cannot infer the shapes of {missing}: give their shapes to simple_bind or their values in shared_buffer")
-    weights = {n.name for n in graph.nodes if n.is_variable and n.name in params and n.name not in shapes}
+    weights = frozenset(n.name for n in graph.nodes if n.is_variable and n.name in params and n.name not in shapes)
     unset = sorted(n.name for n in graph.nodes if n.is_variable and n.name not in params and n.name not in shapes)
     if unset:
         # Not a weight and not a declared input: it can only be an input of whatever consumes it.
         logger.warning("%s %s no value in shared_buffer and no shape given to simple_bind: kept as executor "
                        "argument(s) that engines read at run time; set them through arg_dict or copy_params_from",
                        ", ".join(unset), "has" if len(unset) == 1 else "have")
-    reasons = support(graph, {k: params[k] for k in weights}, settings, backend)
+    return Imported(graph=graph, weights=weights)
+
+
+def partition_graph(request: BindRequest, imported: Imported) -> Plan:
+    """Support, partition, the engine rule's pruning and the independent check: the :class:`Plan`.
+
+    Cost: O(V) validator calls plus the partitioner's (``mx_trt.passes.partition``).
+
+    Args:
+        request: The bind (weights, settings, backend). The backend's restrictions
+            apply; ``None`` checks the converters against the tensor types TensorRT engines hold.
+        imported: :func:`import_graph`'s result for ``request``.
+
+    Raises:
+        PartitionError: the partition fails the independent check (a bug).
+    """
+    graph, params, settings = imported.graph, request.params, request.settings
+    weights = set(imported.weights)
+    reasons = support(graph, {k: params[k] for k in weights}, settings, request.backend)
     part = partition(graph, reasons, settings.min_subgraph_size)
     if settings.engine_rule in ("cost", "measured"):
         # The measured rule times only the subgraphs the estimate does not already rule out: those
@@ -143,3 +175,14 @@ def analyze(request: BindRequest) -> Plan:
     check_acyclic(graph, [s.nodes for s in part.subgraphs])
     return Plan(graph=graph, weights=weights, reasons=reasons, partition=part)
 
+
+def analyze(request: BindRequest) -> Plan:
+    """Run the analysis half of the pass (no export, no engine): :func:`import_graph`, then :func:`partition_graph`.
+
+    Args:
+        request: The bind (symbol, shapes, weights, dtypes, settings, backend).
+
+    Raises:
+        ShapeError: shapes are missing or contradictory.
+    """
+    return partition_graph(request, import_graph(request))

@@ -24,11 +24,11 @@ import numpy as np
 from mx_trt.builder.progress import TerminalLine, bar
 from mx_trt.errors import CalibrationError, MxTrtError
 from mx_trt.export.calibration import METHODS, CalibrationTable, activation_inputs, check_writable_table, graph_digest
-from mx_trt.export.subgraph import entry_name
 from mx_trt.frontends import hook
 from mx_trt.frontends.common import call_backend
 from mx_trt.graph.importer import entries_symbol
 from mx_trt.passes.ir import Entry
+from mx_trt.passes.naming import entry_name
 from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.quantize.collectors import collector_range, make_collector

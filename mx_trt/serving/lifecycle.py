@@ -29,6 +29,7 @@ import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import ServeError
+from mx_trt.fsutil import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -125,10 +126,7 @@ def claim_workdir(workdir: str, server_pid: Optional[int] = None) -> None:
     doc: Dict[str, Dict[str, int]] = {"owner": {"pid": os.getpid(), "start": _start_time(os.getpid()) or 0}}
     if server_pid is not None:
         doc["server"] = {"pid": server_pid, "start": _start_time(server_pid) or 0}
-    tmp = os.path.join(workdir, OWNER_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-    os.replace(tmp, os.path.join(workdir, OWNER_FILE))
+    write_atomic(os.path.join(workdir, OWNER_FILE), json.dumps(doc))
 
 
 def sweep_orphans(root: Optional[str] = None) -> List[str]:

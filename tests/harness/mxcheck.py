@@ -79,7 +79,7 @@ def run_onnx_whole(sym, shapes, args, aux, inputs, dtypes: Optional[Mapping[str,
     from mx_trt.passes.ir import Entry
 
     from mx_trt.export.converters.registry import check
-    from mx_trt.export.subgraph import op_spec
+    from mx_trt.export.spec import op_spec
 
     g = symbol_to_graph(sym, shapes, dtypes)
     # Read-only, as the bind hands converters views of the caller's own arrays.
@@ -143,7 +143,7 @@ def reason_of(sym, shapes: Mapping[str, Tuple[int, ...]], dtypes: Optional[Mappi
     """The registry's verdict on the last operator of ``sym`` (weights are constants)."""
     from mx_trt.export.converters import check
     from mx_trt.graph.importer import symbol_to_graph
-    from mx_trt.export.subgraph import op_spec
+    from mx_trt.export.spec import op_spec
 
     g = symbol_to_graph(sym, shapes, dtypes)
     nid = g.op_nodes()[-1]

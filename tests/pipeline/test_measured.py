@@ -68,7 +68,7 @@ def _run(monkeypatch, timer, **env):
 
 def test_slower_engine_stays_native(monkeypatch, measured, caplog):
     timer = StubTimer(3.2, [4.1])
-    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline"):
         info = _run(monkeypatch, timer)
     assert timer.calls == 1
     (decision,) = info.decisions.values()
@@ -146,7 +146,7 @@ def test_no_plan_cache_falls_back_to_the_cost_rule(monkeypatch, measured, caplog
     def no_timing(*a):
         raise AssertionError("without a plan cache nothing is timed")
 
-    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline.bind"):
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline"):
         info = _run(monkeypatch, no_timing, MXNET_TENSORRT_CACHE_DIR="")
     assert info.decisions == {}
     assert "the cost rule decides instead" in caplog.text

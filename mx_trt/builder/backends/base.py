@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import EngineBuildError, ShapeError
-from mx_trt.export.dynamic import BatchRange
 from mx_trt.export.int8 import TENSORRT_STYLE, Int8Style
 from mx_trt.export.spec import OpSpec
+from mx_trt.passes.ir import BatchRange
 
 Shape = Tuple[int, ...]
 

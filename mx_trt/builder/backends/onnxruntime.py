@@ -38,12 +38,12 @@ from mx_trt.export.int8 import Int8Style
 from mx_trt.export.plugins import Plugin, hold_plugin, model_plugins
 from mx_trt.export.shapes import PluginShape
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
+from mx_trt.passes.ir import BatchRange
 from mx_trt.settings import env_int
 from mx_trt.builder.backends.ort_plugins import plugins_named, register_plugins
 from mx_trt.builder.backends.plugin_runs import watching
 from mx_trt.builder.backends.base import (
     Backend,
-    BatchRange,
     Buffer,
     BuildOptions,
     Engine,

@@ -39,9 +39,9 @@ from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
 from mx_trt.export.spec import OpSpec
+from mx_trt.passes.ir import BatchRange
 from mx_trt.builder.backends.base import (
     Backend,
-    BatchRange,
     Buffer,
     BuildOptions,
     Engine,

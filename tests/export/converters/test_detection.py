@@ -26,7 +26,7 @@ import pytest
 
 import mx_trt
 from mx_trt.export.converters import check, suppression
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from mx_trt.graph.importer import symbol_to_graph
 
 D = mx.sym.Variable("data")

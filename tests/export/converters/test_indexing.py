@@ -20,7 +20,7 @@ from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.export.converters import registry
 from mx_trt.graph.importer import symbol_to_graph
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from mx_trt.settings import Settings
 from tests.harness.mxcheck import check_symbol, random_params, run_onnx_whole
 

@@ -19,7 +19,7 @@ from mx_trt.pipeline.plan import analyze
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.export.converters.registry import OpSpec, check
 from mx_trt.graph.importer import symbol_to_graph
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from mx_trt.settings import Settings
 from tests.harness.mxcheck import OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole, reason_of
 

@@ -15,7 +15,7 @@ import pytest
 
 from mx_trt.export.converters.registry import check
 from mx_trt.graph.importer import symbol_to_graph
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from tests.harness.mxcheck import MODEL_TOL, OP_TOL, check_symbol, random_inputs, random_params, run_native, run_onnx_whole
 
 D = mx.sym.Variable("data")

@@ -17,7 +17,7 @@ import pytest
 
 from mx_trt.export.converters import registry
 from mx_trt.graph.importer import symbol_to_graph
-from mx_trt.export.subgraph import op_spec
+from mx_trt.export.spec import op_spec
 from tests.harness.mxcheck import check_symbol, random_inputs, random_params, run_onnx_whole
 
 X = mx.sym.Variable("x")

@@ -7,54 +7,39 @@
   seen, loaded when an execution context is created and saved after runs
   that compiled new ones.
 
-Every file is replaced atomically (:func:`write_atomic`). The temporary file
-is named ``mx_trt_write_<pid>_*.tmp`` beside its target, so what a killed
-process left behind is told apart from a live writer's file and removed by
-the next write into that folder (:func:`mx_trt.cache.locking.sweep_orphans`).
+Every file is replaced atomically (:func:`replace_file`, over
+:func:`mx_trt.fsutil.write_atomic`). The temporary file is named
+``mx_trt_write_<pid>_*.tmp`` beside its target, so what a killed process left
+behind is told apart from a live writer's file and removed by the next write
+into that folder (:func:`mx_trt.cache.locking.sweep_orphans`).
 A cache file that cannot be read is replaced by an empty cache, never an error:
 caches are an optimisation.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any, Optional
 
 from mx_trt.cache.locking import sweep_orphans
+from mx_trt.fsutil import write_atomic
 
 if TYPE_CHECKING:
     import tensorrt as trt
 
 logger = logging.getLogger(__name__)
 
-#: Prefix of :func:`write_atomic`'s temporary files (``mx_trt_<what>_<pid>_``, as the sweeper expects).
-TMP_PREFIX = "mx_trt_write_"
+def replace_file(path: str, data: bytes) -> None:
+    """:func:`~mx_trt.fsutil.write_atomic` of a private file (mode 0600), after removing dead processes' temporary files beside it.
 
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``.
-
-    Creates the folder if needed and first removes the temporary files of dead
-    processes there. O(len(data) + files in the folder).
+    O(len(data) + files in the folder).
 
     Raises:
         OSError: the folder or file cannot be written (the temporary file is removed).
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    sweep_orphans(folder)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.getpid()}_", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    sweep_orphans(os.path.dirname(os.path.abspath(path)))
+    write_atomic(path, data, mode=0o600)
 
 
 def read_if_present(path: str) -> Optional[bytes]:
@@ -117,7 +102,7 @@ def save_timing_cache(config: "trt.IBuilderConfig", path: str, subgraph: str) ->
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             data = bytes(config.get_timing_cache().serialize())
-        write_atomic(path, data)
+        replace_file(path, data)
         logger.debug("%s: timing cache saved to %s (%d bytes)", subgraph, path, len(data))
     except Exception as exc:  # a cache is an optimisation: never fail a good build for it
         logger.warning("%s: could not save the timing cache to %s: %s", subgraph, path, exc)
@@ -149,7 +134,7 @@ class RuntimeCache:
     def save(self) -> bool:
         """Write the cache to :attr:`path`; whether it was written (a failure is only a warning)."""
         try:
-            write_atomic(self.path, bytes(self.cache.serialize()))
+            replace_file(self.path, bytes(self.cache.serialize()))
         except Exception as exc:  # an optimisation only
             logger.warning("%s: could not save the runtime cache to %s: %s", self._subgraph, self.path, exc)
             return False

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 from mx_trt.errors import BackendUnavailableError, EngineBuildError, EngineRunError, ShapeError
 from mx_trt.builder.backends.base import Buffer, BuildOptions, Engine, Shape, tensor_specs
 from mx_trt.builder.backends.tensorrt import cuda
-from mx_trt.builder.backends.tensorrt.caches import write_atomic
+from mx_trt.builder.backends.tensorrt.caches import replace_file
 from mx_trt.builder.backends.tensorrt.flavours import TrtBackendInfo, rtx_specialization
 from mx_trt.builder.backends.tensorrt.logs import logger_for
 from mx_trt.builder.backends.tensorrt.meta import profiles_from_meta
@@ -90,7 +90,7 @@ class TrtEngine(Engine):
 
     def save(self, directory: str) -> Dict[str, Any]:
         """Write the plan as ``engine.plan`` into ``directory``; return :meth:`meta` (with ``plan_file``)."""
-        write_atomic(os.path.join(directory, "engine.plan"), self.plan)
+        replace_file(os.path.join(directory, "engine.plan"), self.plan)
         meta = self.meta()
         meta["plan_file"] = "engine.plan"
         return meta

@@ -328,8 +328,10 @@ def optimize(request: BindRequest) -> BindInfo:
         measured = (f"; measured rule: {native} of {len(engines.decisions)} subgraph(s) kept native, "
                     f"{engines.timed} timed in {engines.measure_s:.2f} s")
     inside_ops, total_ops = sum(len(sg.nodes) for sg, _ in engines.built), len(info.plan.graph.op_nodes())
+    kept = sorted({f"{d.engine[0]} {d.engine[1]}" for d in engines.decisions.values() if d.engine is not None})
     logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s%s",
-                len(engines.built), inside_ops, total_ops, info.backend, time.perf_counter() - t0, measured)
+                len(engines.built), inside_ops, total_ops, ", ".join(kept) if kept else info.backend,
+                time.perf_counter() - t0, measured)
     return info
 
 

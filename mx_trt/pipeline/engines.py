@@ -110,7 +110,8 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
         ins, outs = boundary(graph, sg.nodes, absorbed_ids)
         progress.start(k, sg.name, len(sg.nodes))
         logger.info("engine %d/%d: %s (%d ops, %d inputs, %d outputs) with %s",
-                    k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs), backend.name)
+                    k + 1, len(subgraphs), sg.name, len(sg.nodes), len(ins), len(outs),
+                    backend.name if rule is None else "the measured rule's candidates")
         job = _job(sg, graph, ins, outs, digests_all, settings, int8, ranges, exporter)
         sg_provider, sg_exporter, sg_settings, sg_int8 = provider, exporter, settings, int8
         try:

@@ -1,4 +1,4 @@
-"""The measured engine rule: each engine is timed against MXNet running the same subgraph, and kept only when faster.
+"""The measured engine rule: each engine is timed against MXNet running the same subgraph, and kept only when clearly faster.
 
 For one subgraph of a bind (``MXNET_TENSORRT_ENGINE_RULE=measured``), among those
 the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):

@@ -73,8 +73,12 @@ def test_measured_choice_keeps_the_faster_side():
     assert best is None and why == "kept native: engine 1.28x slower, measured 4.10 vs 3.20 ms (onnxruntime fp32)"
     best, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 2.0), Timed("other", "fp32", 1.0)])
     assert best == Timed("other", "fp32", 1.0) and "4.00x faster" in why
-    # a tie goes to MXNet
+    # a tie goes to MXNet, and so does an engine less than about 5% faster
     assert choose_measured(2.0, [Timed("onnxruntime", "fp32", 2.0)])[0] is None
+    best, why = choose_measured(2.0, [Timed("onnxruntime", "fp32", 1.94)])
+    assert best is None and why.startswith("kept native: engine only 1.03x faster (below 1.05x)")
+    assert choose_measured(2.0, [Timed("onnxruntime", "fp32", 1.88)])[0] is not None
+    assert choose_measured(2.0, [Timed("onnxruntime", "fp32", 1.94)], keep_below=1.0)[0] is not None
 
 
 def test_measured_choice_drops_reduced_precision_slower_than_fp32():

@@ -66,7 +66,7 @@ SUBGRAPH_SECONDS = 0.2
 #: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides.
 BIND_SECONDS = 10.0
 #: Version of the stored decisions.
-DECISION_FORMAT = 1
+DECISION_FORMAT = 2  # 2: settled turns and the 5% margin of passes.cost.KEEP_BELOW
 
 #: ``(backend name, precision)`` of one candidate engine.
 Candidate = Tuple[str, str]

@@ -94,7 +94,7 @@ def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]], cache: str = "
 
     import mx_trt
     from mx_trt.frontends.hook import disabled
-    from mx_trt.settings import env_override
+    from envscope import env_override
 
     if env is None:
         with disabled():
@@ -207,10 +207,10 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1) -> List[Dict[
 def _equal_threads(model: Any) -> Any:
     """Native MXNet with the engines' thread count in a worker process, or ``None`` (logged) if it cannot run there."""
     from mx_trt.builder.cpus import engine_threads
-    from mx_trt.settings import env_int
+    from mx_trt.settings import Settings
     from mx_trt.tools.native_process import NativeProcess
 
-    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    threads = Settings.from_env().ort_threads or engine_threads()
     try:
         return NativeProcess(model.sym, model.params, model.shapes, model.inputs, model.dtypes, threads=threads)
     except (RuntimeError, OSError) as exc:

@@ -26,7 +26,7 @@ PACKAGES = ("mx_trt",)
 #: The stages, first to last: a module imports only modules of its own stage or earlier ones.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt._version", "mx_trt.errors"),
-    ("mx_trt.settings", "mx_trt.patches"),
+    ("mx_trt.options", "mx_trt.settings", "mx_trt.patches"),
     ("mx_trt.passes",),
     ("mx_trt.graph",),
     ("mx_trt.export",),

@@ -25,7 +25,7 @@ from mx_trt.builder.backends import candidate_backends
 from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.builder.profiles import batch_ranges
 from mx_trt.builder.progress import BuildProgress
-from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
+from mx_trt.cache import EngineCache
 from mx_trt.errors import CacheError, ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.subgraph import entry_name, op_spec
@@ -171,7 +171,7 @@ def optimize(request: BindRequest) -> BindInfo:
     t1 = time.perf_counter()
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
-    provider = EngineProvider(backend, request.device_id, cache, progress.phase)
+    provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options())
     exporter = SubgraphExporter(sym, shapes, params, graph, weights_np, settings.fp16, ranges,
                                 int8.export if int8 is not None else None)
     rule = _MeasuredRule(request, plan, provider, exporter, int8, weights_np, ranges, cache,
@@ -314,19 +314,12 @@ def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]
 
 
 def _engine_cache(settings: Settings) -> Any:
-    """The plan cache of this bind (``settings.cache_dir``, else the environment), or ``None``.
+    """The plan cache of this bind (``settings.cache_dir`` and ``cache_max_mb``), or ``None``.
 
     ``None`` when disabled, or unusable (with a warning): a bind never fails for its cache.
     """
     try:
-        if settings.cache_dir is None:
-            return EngineCache.from_env()
-        if not settings.cache_dir.strip():
-            return None
-        if settings.cache_max_mb is not None:
-            return EngineCache(settings.cache_dir, max_bytes=settings.cache_max_mb << 20)
-        config = env_config()
-        return EngineCache(settings.cache_dir, max_bytes=config[1] if config else DEFAULT_MAX_MB << 20)
+        return EngineCache.from_settings(settings)
     except (CacheError, OSError) as exc:
         logger.warning("plan cache disabled: %s", exc)
         return None
@@ -366,11 +359,12 @@ class _MeasuredRule:
             others = []
         for b in others:
             if b.name not in self.providers:
-                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress)
+                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress, settings.engine_options())
         self.exporter = exporter
         self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
             request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
-        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers)
+        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers,
+                                 threads=settings.thread_counts())
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
+from mx_trt.settings import child_environment
 
 #: The worker ends after this long without a request.
 IDLE_SECONDS = 600.0
@@ -69,9 +70,8 @@ class NativeProcess:
         self.threads = threads if threads is not None else engine_threads()
         self._dir = tempfile.TemporaryDirectory(prefix="mx_trt_native_")
         spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict)
-        env = dict(os.environ)
-        env.update({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-                    "MXNET_USE_TENSORRT": "0", "MX_TRT_AUTOLOAD": "0"})
+        env = child_environment({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+                                 "MXNET_USE_TENSORRT": "0", "MX_TRT_AUTOLOAD": "0"})
         # The worker imports this very copy of mx_trt (a checkout or the installed one).
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])

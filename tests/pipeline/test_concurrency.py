@@ -12,6 +12,7 @@ plan cache holds its own binds' engines and the export's folder only the export'
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -23,9 +24,13 @@ import onnx
 
 import mx_trt
 from mx_trt import settings
+from mx_trt.builder.backends import select_backend
 from mx_trt.cache import EngineCache
 from mx_trt.frontends import hook
 from mx_trt.frontends.symbol import engines as symbol_engines
+from mx_trt.pipeline.bind import optimize
+from mx_trt.pipeline.request import BindRequest
+from mx_trt.settings import Settings
 
 SHAPE = (2, 3, 8, 8)
 FP32 = {"rtol": 1e-4, "atol": 1e-5}
@@ -168,3 +173,17 @@ def test_eight_threads_bind_with_their_own_options_while_another_exports(tmp_pat
     # The main thread kept its own values.
     assert settings.get_use_fp16() is False and hook.pass_enabled() is False
     assert settings.get_optimization_profiles() is None
+
+
+def test_the_engines_take_the_requests_settings_not_the_environment(monkeypatch, tmp_path):
+    """A stage reads its options from the request: the environment changed after ``from_env`` reaches nothing."""
+    sym = _cnn(4, 5)
+    params = _params(sym, 3)
+    monkeypatch.setenv("MXNET_TENSORRT_ORT_THREADS", "1")
+    s = dataclasses.replace(Settings.from_env(), ort_threads=2, cache_dir=str(tmp_path / "mine"))
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "environment"))
+    info = optimize(BindRequest(symbol=sym, shapes={"data": SHAPE}, params=params, settings=s,
+                                backend=select_backend("cpu"), ctx=mx.cpu()))
+    (fused,) = info.engines
+    assert fused.engine.session.get_session_options().intra_op_num_threads == 2
+    assert _stored_precisions(str(tmp_path / "mine")) == ["fp32"] and not (tmp_path / "environment").exists()

@@ -43,13 +43,14 @@ _UNSET: Any = object()
 class ScopedDefault(Generic[T]):
     """The value of a user-facing setter (``set_use_fp16``, ``set_optimization_profiles``, ``set_use_tensorrt``).
 
-    Context-local (``contextvars``): what a thread (or an asyncio task) sets
-    applies to its own binds, never to another thread's. What the main thread
-    sets is also the process's default, which every context without a value of
-    its own reads: MXNet's "set once, bind anywhere" (set in the main program,
-    bind in worker threads) keeps working. ``None`` clears the value: in the
-    main thread the process default too (the environment decides again), in
-    another thread only its own (the process default decides again).
+    What the main thread sets is the process's default, which every thread
+    without a value of its own reads: MXNet's "set once, bind anywhere" (set in
+    the main program, bind in worker threads) keeps working. What another thread
+    sets is context-local (``contextvars``): it applies to that thread's binds
+    (and to the asyncio tasks and ``asyncio.to_thread`` calls it starts), never
+    to another thread's. ``None`` clears the value: in the main thread the process
+    default (the environment decides again), in another thread its own (the
+    process default decides again).
     """
 
     def __init__(self, name: str) -> None:
@@ -57,10 +58,10 @@ class ScopedDefault(Generic[T]):
         self._process: Optional[T] = None
 
     def set(self, value: Optional[T]) -> None:
-        main = threading.current_thread() is threading.main_thread()
-        self._var.set(_UNSET if value is None and not main else value)
-        if main:
-            self._process = value
+        if threading.current_thread() is threading.main_thread():
+            self._process = value  # the main thread's value is the process default, read by every context
+        else:
+            self._var.set(_UNSET if value is None else value)
 
     def get(self) -> Optional[T]:
         value = self._var.get(_UNSET)

@@ -246,3 +246,22 @@ def test_only_settings_touches_the_environment():
 ])
 def test_the_environment_check_finds_every_form(source, found):
     assert len(_environment_uses(source)) == found
+
+
+def test_asyncio_to_thread_starts_with_the_callers_value():
+    import asyncio
+
+    v: settings.ScopedDefault[int] = settings.ScopedDefault("test_async")
+    v.set(1)
+    seen = []
+
+    def worker():
+        v.set(7)
+        seen.append(asyncio.run(asyncio.to_thread(v.get)))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    seen.append(asyncio.run(asyncio.to_thread(v.get)))
+    assert seen == [7, 1]
+    v.set(None)

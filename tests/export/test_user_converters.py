@@ -268,7 +268,7 @@ def test_user_converters_build_in_the_trt_rtx_gate(fp16, monkeypatch, tmp_path):
     from mx_trt.pipeline.plan import analyze
     from mx_trt.pipeline.request import BindRequest
     from mx_trt.settings import Settings
-    from tests.build.test_trt_rtx_gate import gate
+    from tests.builder.test_trt_rtx_gate import gate
 
     backend = TensorRTRTXBackend()
     reason = backend.build_unavailable_reason()

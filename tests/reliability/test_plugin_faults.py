@@ -124,7 +124,7 @@ def test_a_faulty_plugin_function_fails_one_forward_and_the_executor_keeps_worki
 @pytest.fixture
 def host_trt(monkeypatch):
     from mx_trt.builder.backends.tensorrt import cuda
-    from tests.build.test_plugin_backends import FakeHostTrt
+    from tests.builder.test_plugin_backends import FakeHostTrt
 
     monkeypatch.setattr(cuda, "stream_synchronize", lambda stream: None)
     monkeypatch.setattr(cuda, "memcpy", lambda dst, src, n, kind: __import__("ctypes").memmove(dst, src, n))

@@ -121,7 +121,7 @@ class MxnetFinder:
 def _hook_mxnet() -> None:
     """Called right after ``mxnet/__init__.py`` ran: hook ``simple_bind``."""
     if not enabled() and "mx_trt" not in sys.modules:
-        _debug("mx_trt_autoload: %s=%s, not hooking mxnet", ENV_SWITCH, os.environ.get(ENV_SWITCH))
+        _debug("mx_trt_autoload: %s opts out, not hooking mxnet", ENV_SWITCH)
         return
     try:
         # Importing the package hands the hook the pass; then the hook goes in.

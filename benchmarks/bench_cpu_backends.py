@@ -73,7 +73,7 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tup
 def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
     """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each."""
     from mx_trt.builder.backends import BACKENDS, BuildOptions
-    from mx_trt.settings import env_override
+    from envscope import env_override
 
     out = {}
     for name in ("onnxruntime", "openvino"):
@@ -153,7 +153,7 @@ def cold_binds(model: str, batch: int, repeats: int) -> Dict[str, List[float]]:
 
     import mx_trt
     from mx_trt.builder import backends, engines
-    from mx_trt.settings import env_override
+    from envscope import env_override
     from tests.models.test_model_zoo import zoo_model
 
     sym, args, aux, size = zoo_model(model)

@@ -63,7 +63,7 @@ def _engine_bind(sym: Any, args: Mapping[str, Any], aux: Mapping[str, Any], shap
     import mxnet as mx
 
     import mx_trt
-    from mx_trt.settings import env_override
+    from envscope import env_override
 
     env = {"MXNET_TENSORRT_PRECISION": precision, "MXNET_TENSORRT_CALIBRATION": table or None,
            "MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_USE_FP16": None, "MXNET_TENSORRT_ENGINE_RULE": engine_rule}

@@ -118,7 +118,7 @@ def _bind(model: Any, env: Optional[Mapping[str, Optional[str]]], cache: str = "
 
     import mx_trt
     from mx_trt.frontends.hook import disabled
-    from mx_trt.settings import env_override
+    from envscope import env_override
 
     if env is None:
         with disabled():
@@ -280,10 +280,10 @@ def _kept(info: Any) -> List[str]:
 def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:
     """Native MXNet and the pass with the engines' thread count in worker processes (those that can run there)."""
     from mx_trt.builder.cpus import engine_threads
-    from mx_trt.settings import env_int
+    from mx_trt.settings import Settings
     from mx_trt.tools.native_process import NativeProcess
 
-    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    threads = Settings.from_env().ort_threads or engine_threads()
     out: Dict[str, Any] = {}
     for key, accelerated in ((EQUAL, False), (EQUAL_MEASURED, True)):
         try:

@@ -56,7 +56,7 @@ def main() -> int:
 
     from mx_trt.builder.backends import onnxruntime as ortb
     from mx_trt.builder.engines import clear_pool
-    from mx_trt.settings import env_override
+    from envscope import env_override
     from mx_trt.tools.cli.binding import WholeModelEngine, bind_accelerated, bind_native
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
@@ -77,8 +77,8 @@ def main() -> int:
         cfg = dict(CONFIGS[label])
         threads = cfg.pop("threads", "0")
 
-        def patched(optimize: bool = True, cfg: Dict[str, str] = cfg) -> Any:
-            so = original(optimize)
+        def patched(optimize: bool = True, threads: int = 0, cfg: Dict[str, str] = cfg) -> Any:
+            so = original(optimize, threads)
             for k, v in cfg.items():
                 so.add_session_config_entry(k, v)
             return so

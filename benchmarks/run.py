@@ -85,7 +85,7 @@ os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
 import numpy as np  # noqa: E402
 
-from mx_trt.settings import env_override  # noqa: E402
+from envscope import env_override  # noqa: E402
 
 logger = logging.getLogger("benchmarks.run")
 

@@ -52,10 +52,10 @@ from mx_trt.pipeline.request import BindRequest
 from mx_trt.cache import EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.builder.engines import stored_engine_problem
-from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, ShapeError
+from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, MxTrtError, ShapeError
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind
-from mx_trt.settings import Settings
+from mx_trt.settings import Settings, engine_options_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def export_model(
     engines.clear_pool()
     try:
         # The export's own cache travels with the request: binds in other threads keep theirs.
-        private = dataclasses.replace(settings, cache_dir=cache_dir, cache_max_mb=0)
+        private = dataclasses.replace(settings, cache_dir=cache_dir, cache_max_mb=0, cache_errors=())
         exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=private, backend=backend,
                                      ctx=ctx, native_bind=original_simple_bind()))
     finally:
@@ -504,6 +504,10 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0,
                         read_only=True)
     fed = _read_engine_weights(os.path.join(directory, manifest.get("engine_weights", ENGINE_WEIGHTS_FILE)))
+    try:
+        engine_options = engine_options_from_env()  # threads, workspace: this process's, not the export's
+    except MxTrtError as exc:
+        raise ExportError(f"{directory}: cannot load the engines: {exc}") from None
     fused_engines = []
     mapping: Dict[str, str] = {}
     for rec in manifest["engines"]:
@@ -524,7 +528,7 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
             mine = {k[len(name) + 1:]: v for k, v in fed.items() if k.startswith(name + "/")}
             engine = backend.load(entry.meta["engine"], entry.directory,
                                   BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name,
-                                               extra={"weights": lambda mine=mine: mine}))
+                                               extra={**engine_options, "weights": lambda mine=mine: mine}))
         except Exception as exc:  # the backend's own errors, or metadata it cannot read
             raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \
                 from exc

@@ -1,6 +1,21 @@
-"""Settings read from the environment at every bind.
+"""The options of a bind, and the only module that touches ``os.environ``.
 
-Every variable is documented in README.md ("Environment variables").
+:meth:`Settings.from_env` parses every variable once per bind; the front-ends
+apply explicit options over it (:meth:`Settings.with_options`) and hand the
+result to the pipeline inside the ``BindRequest``. Every stage reads its options
+from there: the plan cache its folder and size, the engine builders their
+workspace, kernel specialization and thread counts.
+
+A few variables are not options of one bind and have functions of their own:
+the switch (``MXNET_USE_TENSORRT``, read by the hook before any settings),
+MXNet's ``MXNET_SUBGRAPH_BACKEND`` (hidden from MXNet's own binds), the CUDA
+runtime's path (loaded once per process), ``MX_TRT_AUTOLOAD`` (read at
+interpreter start by ``mx_trt_autoload``, which cannot import this package) and
+the environment of a child process (:func:`child_environment`).
+
+The user-facing setters (``set_use_fp16``, ``set_optimization_profiles``,
+``set_use_tensorrt``) keep their values in a :class:`ScopedDefault`, never in
+the environment. Every variable is documented in README.md ("Environment variables").
 """
 from __future__ import annotations
 
@@ -8,7 +23,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import operator
 import os
 import dataclasses
 import threading
@@ -16,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Generic, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from mx_trt.errors import CalibrationError, MxTrtError, PrecisionConflictError
+# The option parsers, and the names other modules read from here (re-exported).
+from mx_trt.options import ENGINE_RULES, INT32_MAX, OPTIONS, Profile, parse_profiles  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-Profile = Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]
 
 T = TypeVar("T")
 _UNSET: Any = object()
@@ -28,12 +43,14 @@ _UNSET: Any = object()
 class ScopedDefault(Generic[T]):
     """The value of a user-facing setter (``set_use_fp16``, ``set_optimization_profiles``, ``set_use_tensorrt``).
 
-    Context-local (``contextvars``): what a thread (or an asyncio task) sets
-    applies to its own binds, never to another thread's. What the main thread
-    sets is also the process's default, which every context without a value of
-    its own reads: MXNet's "set once, bind anywhere" (set in the main program,
-    bind in worker threads) keeps working. ``None`` clears the value (the
-    environment decides again).
+    What the main thread sets is the process's default, which every thread
+    without a value of its own reads: MXNet's "set once, bind anywhere" (set in
+    the main program, bind in worker threads) keeps working. What another thread
+    sets is context-local (``contextvars``): it applies to that thread's binds
+    (and to the asyncio tasks and ``asyncio.to_thread`` calls it starts), never
+    to another thread's. ``None`` clears the value: in the main thread the process
+    default (the environment decides again), in another thread its own (the
+    process default decides again).
     """
 
     def __init__(self, name: str) -> None:
@@ -41,9 +58,10 @@ class ScopedDefault(Generic[T]):
         self._process: Optional[T] = None
 
     def set(self, value: Optional[T]) -> None:
-        self._var.set(value)
         if threading.current_thread() is threading.main_thread():
-            self._process = value
+            self._process = value  # the main thread's value is the process default, read by every context
+        else:
+            self._var.set(_UNSET if value is None else value)
 
     def get(self) -> Optional[T]:
         value = self._var.get(_UNSET)
@@ -53,11 +71,11 @@ class ScopedDefault(Generic[T]):
 _fp16_override: ScopedDefault[bool] = ScopedDefault("mx_trt_use_fp16")
 _profiles_override: ScopedDefault[List[Profile]] = ScopedDefault("mx_trt_profiles")
 
-#: MXNet 1.9.1's shapes are 32-bit: no dimension (batch included) may be larger.
-INT32_MAX = 2**31 - 1
+#: TensorRT-RTX's kernel specialization strategies (``MXNET_TENSORRT_RTX_SPECIALIZATION``).
+RTX_SPECIALIZATIONS = ("lazy", "eager", "none")
 
-#: The rules deciding which subgraphs become engines (``MXNET_TENSORRT_ENGINE_RULE``, option ``engine_rule``).
-ENGINE_RULES = ("measured", "cost", "always")
+#: The inputs ``Symbol.bind`` and ``optimize_for`` treat as data, never as weights.
+DATA_NAMES_ENV = "MXNET_TENSORRT_DATA_NAMES"
 
 #: The engine backends, as ``MXNET_TENSORRT_BACKEND`` and the ``backend`` option name them.
 BACKEND_NAMES = ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")
@@ -92,41 +110,7 @@ def set_optimization_profiles(profiles: Optional[Sequence[Mapping[str, Sequence[
             {"data": ((5, 3, 224, 224), (16, 3, 224, 224), (32, 3, 224, 224))},
         ])
     """
-    _profiles_override.set(None if profiles is None else _parse_profiles(profiles, "set_optimization_profiles"))
-
-
-def _parse_profiles(raw: Any, where: str) -> List[Profile]:
-    if not isinstance(raw, (list, tuple)) or not raw:
-        raise MxTrtError(f"{where}: expected a non-empty list of profiles, got {raw!r}")
-    out: List[Profile] = []
-    for p in raw:
-        if not isinstance(p, Mapping) or not p:
-            raise MxTrtError(f"{where}: each profile is a dict of input name -> [min, opt, max] shapes, got {p!r}")
-        prof: Profile = {}
-        for name, triple in p.items():
-            try:
-                if isinstance(triple, (str, bytes)) or len(triple) != 3:
-                    raise TypeError("not three shapes")
-                mn, op, mx = (_dims(s) for s in triple)
-            except (TypeError, ValueError):
-                raise MxTrtError(f"{where}: input {name!r} needs [min_shape, opt_shape, max_shape], each a list of "
-                                 f"integers from 1 to {INT32_MAX}, got {triple!r}") from None
-            if not len(mn) == len(op) == len(mx) or not all(a <= b <= c for a, b, c in zip(mn, op, mx)):
-                raise MxTrtError(f"{where}: input {name!r} needs min <= opt <= max in every dimension, with one rank, "
-                                 f"got {triple!r}")
-            prof[str(name)] = (mn, op, mx)
-        out.append(prof)
-    return out
-
-
-def _dims(shape: Any) -> Tuple[int, ...]:
-    """A shape of integers from 1 to :data:`INT32_MAX` (raises ``TypeError`` / ``ValueError`` otherwise)."""
-    if isinstance(shape, (str, bytes)) or any(isinstance(d, bool) for d in shape):
-        raise TypeError("not a list of integers")
-    dims = tuple(operator.index(d) for d in shape)
-    if not dims or not all(1 <= d <= INT32_MAX for d in dims):
-        raise ValueError("dimensions must be from 1 to 2**31 - 1")
-    return dims
+    _profiles_override.set(None if profiles is None else parse_profiles(profiles, "set_optimization_profiles"))
 
 
 def get_optimization_profiles() -> Optional[List[Profile]]:
@@ -145,7 +129,7 @@ def get_optimization_profiles() -> Optional[List[Profile]]:
     except ValueError as exc:
         raise MxTrtError(f"{where} is not valid JSON ({exc}); expected a list of profiles, e.g. "
                          '[{"data": [[1,3,224,224], [8,3,224,224], [32,3,224,224]]}]') from None
-    return _parse_profiles(data, where)
+    return parse_profiles(data, where)
 
 
 def set_use_fp16(status: Optional[bool]) -> None:
@@ -162,29 +146,6 @@ def get_use_fp16() -> bool:
     if override is not None:
         return override
     return _env_bool("MXNET_TENSORRT_USE_FP16", False)
-
-
-@contextlib.contextmanager
-def env_override(values: Mapping[str, Optional[str]]) -> Iterator[None]:
-    """Set environment variables for a block (``None`` unsets one), restoring them after.
-
-    Settings are read from the environment at every bind, so this scopes a bind's
-    settings. Not thread-safe: the environment is process-wide.
-    """
-    old = {k: os.environ.get(k) for k in values}
-
-    def apply(vals: Mapping[str, Optional[str]]) -> None:
-        for k, v in vals.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-    apply(values)
-    try:
-        yield
-    finally:
-        apply(old)
 
 
 #: MXNet's own variable naming a subgraph backend for every bind; ``TensorRT`` turns the pass on (MXNet 1.5 to 1.9).
@@ -241,13 +202,152 @@ def masked_subgraph_backend(every: bool = False) -> Iterator[None]:
                     _mask_saved = None
 
 
-def thread_settings() -> Dict[str, str]:
-    """The thread counts this process was given (``OMP_NUM_THREADS`` for MXNet, ``MXNET_TENSORRT_ORT_THREADS``).
+#: The switch of the simple_bind hook (``MXNET_USE_TENSORRT``; the design's spelling too).
+SWITCH_ENV = ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT")
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
 
-    What a timing of MXNet against an engine depends on besides the machine:
-    part of the key of the measured rule's stored decisions.
+
+def switch_values() -> Tuple[Optional[str], ...]:
+    """The raw values of the switch's variables (``None``: unset), to tell whether they changed."""
+    return tuple(os.environ.get(n) for n in SWITCH_ENV)
+
+
+def switch_from_env() -> bool:
+    """True when ``MXNET_USE_TENSORRT`` (or the design's ``MXNet_USE_TENSORRT``) is on.
+
+    ``1``/``true``/``yes``/``on`` mean on; ``0``, empty or unset mean off. Any
+    other value is off, with a warning. Read at every bind, before its settings.
     """
-    return {k: os.environ.get(k, "").strip() for k in ("OMP_NUM_THREADS", "MXNET_TENSORRT_ORT_THREADS")}
+    for name in SWITCH_ENV:
+        raw = os.environ.get(name)
+        if raw is None:
+            continue
+        v = raw.strip().lower()
+        if v in _ON:
+            return True
+        if v not in _OFF + ("",):
+            logger.warning("%s=%r is not understood; TensorRT pass is off (use 1 or 0)", name, raw)
+        return False
+    return False
+
+
+def strict_from_env() -> bool:
+    """``MXNET_TENSORRT_STRICT`` read on its own: for a bind whose settings could not be read."""
+    return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in _ON
+
+
+def backend_forced_by_env() -> bool:
+    """``MXNET_TENSORRT_BACKEND`` names a backend (read on its own, like :func:`strict_from_env`)."""
+    return bool(os.environ.get("MXNET_TENSORRT_BACKEND", "").strip())
+
+
+def cudart_path() -> str:
+    """``MXNET_TENSORRT_CUDART``: the libcudart to load first (empty: search). Process-wide: it is loaded once."""
+    return os.environ.get("MXNET_TENSORRT_CUDART", "").strip()
+
+
+def child_environment(overrides: Optional[Mapping[str, Optional[str]]] = None,
+                      base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of a child process: ``base`` (default: this process's), with ``overrides`` applied.
+
+    ``None`` as an override removes the variable. This process's own
+    environment is never changed.
+    """
+    env = dict(os.environ if base is None else base)
+    for k, v in (overrides or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+SUBGRAPH_VERBOSE_ENV = "MXNET_SUBGRAPH_VERBOSE"
+
+
+@contextlib.contextmanager
+def quiet_mxnet_subgraph_log() -> Iterator[None]:
+    """MXNet's native binds inside this block print no line about their subgraph backend.
+
+    MXNet reads ``MXNET_SUBGRAPH_VERBOSE`` from the process's environment at
+    every bind, so this is process-wide: it is for a command that owns its
+    process (``mxtrt``). A value the user set is left alone; nested and
+    concurrent blocks share one setting, removed when the last one leaves.
+    """
+    global _quiet_depth
+    with _quiet_lock:
+        if _quiet_depth == 0 and SUBGRAPH_VERBOSE_ENV in os.environ:
+            owned = False
+        else:
+            owned = True
+            if _quiet_depth == 0:
+                os.environ[SUBGRAPH_VERBOSE_ENV] = "0"
+            _quiet_depth += 1
+    try:
+        yield
+    finally:
+        if owned:
+            with _quiet_lock:
+                _quiet_depth -= 1
+                if _quiet_depth == 0:
+                    os.environ.pop(SUBGRAPH_VERBOSE_ENV, None)
+
+
+#: The plan cache's folder and size limit (MiB) variables, and the default limit.
+CACHE_DIR_ENV = "MXNET_TENSORRT_CACHE_DIR"
+CACHE_MAX_MB_ENV = "MXNET_TENSORRT_CACHE_MAX_MB"
+DEFAULT_CACHE_MAX_MB = 4096
+# Values people write meaning "off" or "on": as a folder name they would put the
+# cache in a folder of that name under the working directory.
+_NOT_A_FOLDER = {"0", "1", "false", "true", "off", "on", "no", "yes", "none", "null", "disable", "disabled"}
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/mx_trt``, or ``~/.cache/mx_trt`` when it is unset or relative.
+
+    The XDG specification says a relative ``XDG_CACHE_HOME`` is invalid and must be ignored.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mx_trt")
+
+
+def _env_cache() -> Tuple[str, Optional[int], Tuple[str, ...]]:
+    """(folder, limit in MiB, errors) of the plan cache from the environment.
+
+    The folder is ``""`` when the cache is off: ``MXNET_TENSORRT_CACHE_DIR`` set
+    to a blank string, or to a value that is not a folder (then with an error,
+    as for a bad ``MXNET_TENSORRT_CACHE_MAX_MB``: a bad cache value costs the
+    bind its cache and one warning, never the bind).
+    """
+    errors: List[str] = []
+    raw_dir = os.environ.get(CACHE_DIR_ENV)
+    if raw_dir is None:
+        directory = default_cache_dir()
+    elif not raw_dir.strip():
+        directory = ""
+    elif raw_dir.strip().lower() in _NOT_A_FOLDER:
+        directory = ""
+        errors.append(f"{CACHE_DIR_ENV}={raw_dir!r}: expected the path of a folder, or the empty string to disable "
+                      "the plan cache (unset: the default folder)")
+    else:
+        directory = raw_dir
+    raw_mb = os.environ.get(CACHE_MAX_MB_ENV, "")
+    mb: Optional[int] = None
+    if raw_mb.strip():
+        try:
+            mb = int(raw_mb)
+        except ValueError:
+            mb = -1
+        if mb < 0:
+            errors.append(f"{CACHE_MAX_MB_ENV}={raw_mb!r}: expected a whole number of MiB >= 0 (0 = no limit), "
+                          f"or empty for the default {DEFAULT_CACHE_MAX_MB}")
+            mb = None
+    return directory, mb, tuple(errors)
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -315,8 +415,8 @@ class Settings:
             ``always``: every one of at least ``min_subgraph_size`` operators.
         strict: Raise when the pass fails on a graph instead of binding natively
             with a warning (``MXNET_TENSORRT_STRICT``; for tests and debugging).
-        cache_dir: The plan cache folder; ``None`` reads ``MXNET_TENSORRT_CACHE_DIR``,
-            ``""`` disables the cache.
+        cache_dir: The plan cache folder (``MXNET_TENSORRT_CACHE_DIR``, unset: :func:`default_cache_dir`);
+            ``None`` or ``""``: no plan cache.
         int8: Build INT8 engines (``MXNET_TENSORRT_PRECISION=int8``): explicit Q/DQ
             from a calibration table; never together with ``fp16``.
         calibration: The calibration table of int8 binds: a path (``MXNET_TENSORRT_CALIBRATION``)
@@ -326,8 +426,21 @@ class Settings:
             float inside int8 engines (``MXNET_TENSORRT_INT8_EXCLUDE_OPS`` / ``_NODES``).
         int8_keep_output_layer: Keep the last classifier layer(s) in float
             (``MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER``).
-        cache_max_mb: Size limit of the plan cache in MiB (0: none); ``None`` reads
-            ``MXNET_TENSORRT_CACHE_MAX_MB``. An export's private cache sets 0.
+        cache_max_mb: Size limit of the plan cache in MiB (0: none; ``MXNET_TENSORRT_CACHE_MAX_MB``);
+            ``None``: :data:`DEFAULT_CACHE_MAX_MB`. An export's private cache sets 0.
+        cache_errors: Bad values of the cache variables: the bind runs without its plan
+            cache, with one warning (``mxtrt build`` refuses them).
+        workspace_mb: The TensorRT builders' workspace cap in MiB (``MXNET_TENSORRT_WORKSPACE_MB``;
+            ``None``: no cap).
+        rtx_specialization: TensorRT-RTX's kernel specialization for dynamic shapes
+            (``MXNET_TENSORRT_RTX_SPECIALIZATION``: ``lazy``, ``eager``, ``none``; ``None``:
+            the engine's own, ``lazy`` at build).
+        ort_threads: Threads of each ONNX Runtime engine (``MXNET_TENSORRT_ORT_THREADS``; 0:
+            the CPUs this process may use).
+        omp_threads: ``OMP_NUM_THREADS`` as MXNet read it at start (``None``: unset); reported,
+            and part of the measured rule's stored decisions.
+        data_names: Inputs that are data, never weights, at ``Symbol.bind`` and
+            ``optimize_for`` (``MXNET_TENSORRT_DATA_NAMES``, plus the ``data_names`` option).
         calibration_iters: With ``int8`` and no table, MXNet 1.9.1's way: the executor's
             first N forwards run natively and calibrate, then the int8 engines are built
             (``MXNET_TENSORRT_CALIBRATION_ITERS``, the ``calibration_iters`` option).
@@ -349,6 +462,12 @@ class Settings:
     int8_keep_output_layer: bool = False
     calibration_iters: int = 0
     cache_max_mb: Optional[int] = None
+    cache_errors: Tuple[str, ...] = ()
+    workspace_mb: Optional[int] = None
+    rtx_specialization: Optional[str] = None
+    ort_threads: int = 0
+    omp_threads: Optional[str] = None
+    data_names: FrozenSet[str] = field(default_factory=frozenset)
 
     @property
     def precision(self) -> str:
@@ -367,10 +486,9 @@ class Settings:
         Raises:
             MxTrtError: a variable has a bad value (the message names it and what is allowed).
         """
-        env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024)
-        env_int("MXNET_TENSORRT_WORKSPACE_MB", 0, 1, 2**43 - 1)  # read by the TensorRT builder
-        _env_choice("MXNET_TENSORRT_RTX_SPECIALIZATION", "lazy", ("lazy", "eager", "none"))  # TensorRT-RTX builds
+        engine = _env_engine()
         _check_advisory()
+        cache_dir, cache_max_mb, cache_errors = _env_cache()
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         # An unknown name is the backend selection's error (BackendUnavailableError, raised at bind).
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip().lower() or None
@@ -397,7 +515,37 @@ class Settings:
             int8_exclude_nodes=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_NODES"),
             int8_keep_output_layer=_env_bool("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", False),
             calibration_iters=env_int("MXNET_TENSORRT_CALIBRATION_ITERS", 0, 0, INT32_MAX),
+            cache_dir=cache_dir,
+            cache_max_mb=cache_max_mb,
+            cache_errors=cache_errors,
+            omp_threads=os.environ.get("OMP_NUM_THREADS"),
+            data_names=_env_names(DATA_NAMES_ENV),
+            **engine,
         )
+
+    def thread_counts(self) -> Dict[str, str]:
+        """The thread counts of this bind (``OMP_NUM_THREADS`` for MXNet, ``MXNET_TENSORRT_ORT_THREADS``).
+
+        What a timing of MXNet against an engine depends on besides the machine:
+        part of the key of the measured rule's stored decisions.
+        """
+        return {"OMP_NUM_THREADS": (self.omp_threads or "").strip(),
+                "MXNET_TENSORRT_ORT_THREADS": str(self.ort_threads) if self.ort_threads else ""}
+
+    def engine_options(self) -> Dict[str, Any]:
+        """What the engine builders read from these settings (``BuildOptions.extra`` keys, see the backends).
+
+        ``ort_threads`` (ONNX Runtime), ``workspace_mb`` and ``rtx_specialization``
+        (TensorRT); a key is present only when its value was given.
+        """
+        out: Dict[str, Any] = {}
+        if self.ort_threads:
+            out["ort_threads"] = self.ort_threads
+        if self.workspace_mb is not None:
+            out["workspace_mb"] = self.workspace_mb
+        if self.rtx_specialization is not None:
+            out["rtx_specialization"] = self.rtx_specialization
+        return out
 
     def check_int8(self) -> None:
         """Raise :class:`~mx_trt.errors.CalibrationError` when int8 is asked for without a calibration table."""
@@ -439,8 +587,31 @@ class Settings:
                 changes[field_name] = parsed
         _check_one_precision(precision, fp16, where)
         out = dataclasses.replace(self, **changes)
+        if "cache_dir" in changes:
+            out = out.with_cache_dir(changes["cache_dir"])
         out.check_int8()
         return out
+
+    def with_cache_dir(self, folder: str) -> "Settings":
+        """These settings with ``folder`` as the plan cache, whatever the environment named (bad or not)."""
+        kept = tuple(e for e in self.cache_errors if not e.startswith(CACHE_DIR_ENV + "="))
+        return dataclasses.replace(self, cache_dir=folder, cache_errors=kept)
+
+
+def _env_engine() -> Dict[str, Any]:
+    """The engine builders' fields of :class:`Settings` from the environment (raises ``MxTrtError``)."""
+    return {"ort_threads": env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024),
+            "workspace_mb": env_int("MXNET_TENSORRT_WORKSPACE_MB", 0, 1, 2**43 - 1) or None,
+            "rtx_specialization": _env_choice("MXNET_TENSORRT_RTX_SPECIALIZATION", "", RTX_SPECIALIZATIONS) or None}
+
+
+def engine_options_from_env() -> Dict[str, Any]:
+    """:meth:`Settings.engine_options` of the environment alone, for engines loaded outside a bind (``mx_trt.load``).
+
+    Raises:
+        MxTrtError: one of their variables has a bad value.
+    """
+    return Settings(**_env_engine()).engine_options()
 
 
 def _check_one_precision(precision: Optional[str], fp16: Optional[bool], where: str) -> None:
@@ -482,7 +653,7 @@ def _check_advisory() -> None:
     value = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
     excl = [x.strip() for x in value.split(",") if x.strip()]
     if excl and ("MXNET_TENSORRT_EXCLUDE_OPS", value) not in _warned:
-        known = _mxnet_op_names()
+        known = mxnet_op_names()
         unknown = [x for x in excl if known and x not in known]
         if unknown:
             warn_once(("MXNET_TENSORRT_EXCLUDE_OPS", value), "MXNET_TENSORRT_EXCLUDE_OPS=%r: %s %s not an MXNet "
@@ -492,11 +663,6 @@ def _check_advisory() -> None:
 
 def mxnet_op_names() -> FrozenSet[str]:
     """Every operator name MXNet has registered now (aliases included); empty if MXNet cannot say."""
-    return _mxnet_op_names()
-
-
-def _mxnet_op_names() -> FrozenSet[str]:
-    """See :func:`mxnet_op_names`."""
     try:
         import mxnet as mx
 
@@ -505,103 +671,7 @@ def _mxnet_op_names() -> FrozenSet[str]:
         return frozenset()
 
 
-def _opt_bool(field_name: str) -> Callable[[Any], Tuple[str, bool]]:
-    def parse(v: Any) -> Tuple[str, bool]:
-        if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return field_name, v.strip().lower() in ("1", "true", "yes", "on")
-        if isinstance(v, (bool, int)) and v in (0, 1):
-            return field_name, bool(v)
-        raise ValueError("expected True or False")
-    return parse
-
-
-def _opt_int(field_name: str, minimum: int) -> Callable[[Any], Tuple[str, Optional[int]]]:
-    def parse(v: Any) -> Tuple[str, Optional[int]]:
-        if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).strip().lstrip("-").isdigit():
-            raise ValueError("expected an integer")
-        n = int(v)
-        if n < minimum:
-            raise ValueError(f"must be >= {minimum}")
-        return field_name, n
-    return parse
-
-
-_PRECISIONS = {"fp16": "fp16", "float16": "fp16", "fp32": "fp32", "float32": "fp32", "int8": "int8"}
-
-
-def _opt_precision(v: Any) -> Tuple[str, str]:
-    if not isinstance(v, str) or v.strip().lower() not in _PRECISIONS:
-        raise ValueError("expected 'fp32', 'fp16' or 'int8'")
-    return "precision", _PRECISIONS[v.strip().lower()]
-
-
-def _opt_names(field_name: str) -> Callable[[Any], Tuple[str, FrozenSet[str]]]:
-    def parse(v: Any) -> Tuple[str, FrozenSet[str]]:
-        items = v.split(",") if isinstance(v, str) else list(v)
-        if not all(isinstance(x, str) for x in items):
-            raise ValueError("expected names (a list, or one comma-separated string)")
-        return field_name, frozenset(x.strip() for x in items if x.strip())
-    return parse
-
-
-def _opt_calibration(v: Any) -> Tuple[str, Any]:
-    """A path, or a calibration table object (anything with ``graph_digest`` and ``ranges``)."""
-    if isinstance(v, (str, os.PathLike)) and os.fspath(v).strip():
-        return "calibration", os.fspath(v)
-    if hasattr(v, "graph_digest") and hasattr(v, "ranges"):
-        return "calibration", v
-    raise ValueError("expected the path of a calibration table or a CalibrationTable")
-
-
 def _env_names(name: str) -> FrozenSet[str]:
     return frozenset(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
 
 
-def _opt_ops(v: Any) -> Tuple[str, FrozenSet[str]]:
-    items = v.split(",") if isinstance(v, str) else list(v)
-    if not all(isinstance(x, str) for x in items):
-        raise ValueError("expected operator names (a list, or one comma-separated string)")
-    return "exclude_ops", frozenset(x.strip() for x in items if x.strip())
-
-
-def _opt_choice(field_name: str, allowed: Sequence[str]) -> Callable[[Any], Tuple[str, str]]:
-    def parse(v: Any) -> Tuple[str, str]:
-        if not isinstance(v, str) or v.strip().lower() not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}")
-        return field_name, v.strip().lower()
-    return parse
-
-
-def _opt_str(field_name: str) -> Callable[[Any], Tuple[str, str]]:
-    def parse(v: Any) -> Tuple[str, str]:
-        if not isinstance(v, (str, os.PathLike)):
-            raise ValueError("expected a string")
-        return field_name, os.fspath(v)
-    return parse
-
-
-def _opt_profiles(v: Any) -> Tuple[str, List[Profile]]:
-    try:
-        return "profiles", _parse_profiles(v, "profiles")
-    except MxTrtError as exc:
-        raise ValueError(str(exc)) from None
-
-
-#: Option name -> parser giving (Settings field, value). The environment variable of each is in README.md.
-OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
-    "fp16": _opt_bool("fp16"),
-    "precision": _opt_precision,
-    "max_batch_size": _opt_int("max_batch_size", 1),
-    "profiles": _opt_profiles,
-    "exclude_ops": _opt_ops,
-    "min_subgraph_size": _opt_int("min_subgraph_size", 1),
-    "engine_rule": _opt_choice("engine_rule", ENGINE_RULES),
-    "backend": _opt_choice("backend", ("onnxruntime", "openvino", "tensorrt", "tensorrt_rtx")),
-    "strict": _opt_bool("strict"),
-    "cache_dir": _opt_str("cache_dir"),
-    "calibration": _opt_calibration,
-    "int8_exclude_ops": _opt_names("int8_exclude_ops"),
-    "int8_exclude_nodes": _opt_names("int8_exclude_nodes"),
-    "int8_keep_output_layer": _opt_bool("int8_keep_output_layer"),
-    "calibration_iters": _opt_int("calibration_iters", 0),
-}

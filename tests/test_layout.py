@@ -38,7 +38,7 @@ STARTUP_IMPORTS = ("os", "sys")
 #: The stages, first to last: a module imports only modules of its own stage or earlier ones.
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("mx_trt._version", "mx_trt.errors", "mx_trt.fsutil"),
-    ("mx_trt.settings", "mx_trt.patches"),
+    ("mx_trt.options", "mx_trt.settings", "mx_trt.patches"),
     ("mx_trt.passes",),
     ("mx_trt.graph",),
     ("mx_trt.export",),

@@ -13,7 +13,7 @@ Lookup order for one subgraph:
 1. this process's pool: an engine for the same subgraph whose batch profile
    covers the bound batch (a rebind within ``MXNET_TENSORRT_MAX_BATCH_SIZE``
    builds nothing);
-2. the plan cache on disk (``MXNET_TENSORRT_CACHE_DIR``), under a per-key file
+2. the plan cache on disk (the bind's ``Settings.cache_dir``), under a per-key file
    lock so that processes binding the same model at once build it once;
 3. export and build (temporary files under the cache's ``tmp/``), then store in both.
 
@@ -225,12 +225,18 @@ class EngineProvider:
     reported with one warning naming the folder and the reason, after which
     engines are built in memory (a cache that can be read but not written
     still serves the engines it holds).
+
+    ``options`` are the bind's engine options
+    (:meth:`~mx_trt.settings.Settings.engine_options`: threads, workspace, ...),
+    given to every build and load as ``BuildOptions.extra`` keys.
     """
 
     def __init__(self, backend: Backend, device_id: int, cache: Any = None,
-                 progress: Optional[Callable[[str, int, int], None]] = None) -> None:
+                 progress: Optional[Callable[[str, int, int], None]] = None,
+                 options: Optional[Mapping[str, Any]] = None) -> None:
         self.backend = backend
         self.device_id = device_id
+        self.options = dict(options or {})
         self.cache = cache
         self.progress = progress
         self.builds = 0
@@ -311,7 +317,7 @@ class EngineProvider:
                                 eng.batch_ranges or "static")
                     return eng, "memory"
         opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
-                            extra={"batch_ranges": list(job.batch_ranges)})
+                            extra={**self.options, "batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
             opts.extra["progress"] = self.progress
         if job.precision == "int8":

@@ -50,15 +50,17 @@ their ``meta.json``, refreshed by ``get``) are evicted until the entries take
 at most ``max_bytes``. Entries whose key lock is held (by any thread or
 process) are never evicted, nor is the entry just written.
 
-Environment (read by :meth:`EngineCache.from_env`):
+Configuration (:meth:`EngineCache.from_settings`, from the bind's settings, which
+:meth:`mx_trt.settings.Settings.from_env` reads from):
 
 * ``MXNET_TENSORRT_CACHE_DIR``: cache directory; unset means
   :func:`default_cache_dir`, set to the empty string disables the cache.
 * ``MXNET_TENSORRT_CACHE_MAX_MB``: size limit in MiB (default
   :data:`DEFAULT_MAX_MB`; empty means the default); ``0`` means no limit.
 
-A bad value of either raises :class:`~mx_trt.errors.CacheError` naming the
-variable, the value and what is allowed.
+A bad value of either makes :meth:`EngineCache.from_settings` raise
+:class:`~mx_trt.errors.CacheError` naming the variable, the value and what is
+allowed (a bind then runs without its plan cache, with one warning).
 """
 from __future__ import annotations
 
@@ -69,10 +71,11 @@ from mx_trt.cache.eviction import ENV_MAX_MB
 from mx_trt.cache.fs import UnsafePathError
 from mx_trt.cache.key import Blob, bad_file_name as _bad_file_name, check_key as _check_key, make_key
 from mx_trt.cache.locking import _Staging, flock as _flock, make_work_dir, sweep_orphans, unlock as _unlock
-from mx_trt.cache.store import DEFAULT_MAX_MB, ENV_DIR, EngineCache, default_cache_dir, env_config
+from mx_trt.cache.store import DEFAULT_MAX_MB, ENV_DIR, EngineCache
+from mx_trt.settings import default_cache_dir
 from mx_trt.cache.writing import FileSource
 
 __all__ = [
     "DEFAULT_MAX_MB", "ENV_DIR", "ENV_MAX_MB", "FORMAT_VERSION", "Blob", "CacheEntry", "EngineCache", "FileSource",
-    "UnsafePathError", "default_cache_dir", "env_config", "make_key", "make_work_dir", "sweep_orphans",
+    "UnsafePathError", "default_cache_dir", "make_key", "make_work_dir", "sweep_orphans",
 ]

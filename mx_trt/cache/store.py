@@ -10,65 +10,20 @@ from typing import Any, ContextManager, Dict, Optional, Tuple
 
 from mx_trt.errors import CacheError
 from mx_trt.cache.entry import Bad, CacheEntry, Vanished, check_entry_dir, make_entry, read_record, verify_files
-from mx_trt.cache.eviction import AUX, ENV_MAX_MB, MIB, EvictionMixin
+from mx_trt.cache.eviction import AUX, MIB, EvictionMixin
 from mx_trt.cache.fs import describe, ensure_dir, lstat_or_none, remove_tree, unlink_quiet
 from mx_trt.cache.key import META, check_key
 from mx_trt.cache.locking import LOCKS, LockingMixin, _Staging, sweep_tmp
 from mx_trt.cache.writing import TMP, WritingMixin
+from mx_trt.settings import CACHE_DIR_ENV, DEFAULT_CACHE_MAX_MB, Settings
 
 logger = logging.getLogger(__package__)
 
 #: Default size limit in MiB: room for a few dozen large engines while staying
 #: small next to a typical disk. ``MXNET_TENSORRT_CACHE_MAX_MB`` overrides it.
-DEFAULT_MAX_MB: int = 4096
+DEFAULT_MAX_MB: int = DEFAULT_CACHE_MAX_MB
 
-ENV_DIR = "MXNET_TENSORRT_CACHE_DIR"
-
-# Values people write meaning "off" or "on": as a folder name they would put the
-# cache in a folder of that name under the working directory.
-_NOT_A_FOLDER = {"0", "1", "false", "true", "off", "on", "no", "yes", "none", "null", "disable", "disabled"}
-
-
-def default_cache_dir() -> str:
-    """``$XDG_CACHE_HOME/mx_trt``, or ``~/.cache/mx_trt`` when it is unset or relative.
-
-    The XDG specification says a relative ``XDG_CACHE_HOME`` is invalid and must be ignored.
-    """
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mx_trt")
-
-
-def env_config() -> Optional[Tuple[str, int]]:
-    """(directory, max_bytes) from the environment, or ``None`` when the cache is disabled.
-
-    Raises:
-        CacheError: a variable has a value that is not allowed; the message
-            names the variable, the value and what it may be.
-    """
-    raw_dir = os.environ.get(ENV_DIR)
-    if raw_dir is None:
-        directory = default_cache_dir()
-    elif not raw_dir.strip():
-        logger.debug("engine cache disabled (%s is empty)", ENV_DIR)
-        return None
-    elif raw_dir.strip().lower() in _NOT_A_FOLDER:
-        raise CacheError(f"{ENV_DIR}={raw_dir!r}: expected the path of a folder, or the empty string to disable "
-                         "the plan cache (unset: the default folder)")
-    else:
-        directory = raw_dir
-    raw_mb = os.environ.get(ENV_MAX_MB, "")
-    mb = DEFAULT_MAX_MB
-    if raw_mb.strip():
-        try:
-            mb = int(raw_mb)
-        except ValueError:
-            mb = -1
-        if mb < 0:
-            raise CacheError(f"{ENV_MAX_MB}={raw_mb!r}: expected a whole number of MiB >= 0 (0 = no limit), "
-                             f"or empty for the default {DEFAULT_MAX_MB}")
-    return directory, mb * MIB
+ENV_DIR = CACHE_DIR_ENV
 
 
 class EngineCache(WritingMixin, LockingMixin, EvictionMixin):
@@ -124,20 +79,26 @@ class EngineCache(WritingMixin, LockingMixin, EvictionMixin):
         return f"EngineCache({self.directory!r}, {limit}{', read-only' if self.read_only else ''})"
 
     @classmethod
-    def from_env(cls) -> Optional["EngineCache"]:
-        """The cache configured by the environment, or ``None`` if disabled.
+    def from_settings(cls, settings: Settings) -> Optional["EngineCache"]:
+        """The plan cache of a bind with ``settings``, or ``None`` if it has none.
 
-        ``MXNET_TENSORRT_CACHE_DIR`` unset: :func:`default_cache_dir`; set to an
-        empty (or blank) string: disabled. ``MXNET_TENSORRT_CACHE_MAX_MB``: an
-        integer number of MiB >= 0, ``0`` meaning no limit; unset or empty:
-        :data:`DEFAULT_MAX_MB`. Nothing is created or checked on disk here
-        (see :meth:`probe`).
+        ``settings.cache_dir`` ``None`` or blank: no cache. ``settings.cache_max_mb``:
+        the limit in MiB, ``0`` meaning none; ``None``: :data:`DEFAULT_MAX_MB`.
+        Nothing is created or checked on disk here (see :meth:`probe`).
 
         Raises:
-            CacheError: a variable has a bad value (see :func:`env_config`).
+            CacheError: a cache variable of the environment had a bad value
+                (``settings.cache_errors``; the message names the variable, the
+                value and what it may be).
         """
-        config = env_config()
-        return None if config is None else cls(config[0], max_bytes=config[1])
+        if settings.cache_errors:
+            raise CacheError(settings.cache_errors[0])
+        folder = settings.cache_dir or ""
+        if not folder.strip():
+            logger.debug("engine cache disabled (no folder: %s is empty)", ENV_DIR)
+            return None
+        mb = DEFAULT_MAX_MB if settings.cache_max_mb is None else settings.cache_max_mb
+        return cls(folder, max_bytes=mb * MIB)
 
     # -- paths and state
 

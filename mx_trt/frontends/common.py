@@ -13,12 +13,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 from mx_trt.builder.backends import Backend, select_backend
 from mx_trt.errors import BackendUnavailableError, CalibrationError, MxTrtError, PrecisionConflictError
-from mx_trt.settings import Settings
+from mx_trt.settings import Settings, backend_forced_by_env, strict_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +26,6 @@ T = TypeVar("T")
 
 class NativeFallback(Exception):
     """Raised inside :func:`guarded` to leave the pass for a native run (the message is the cause)."""
-
-
-def strict_env() -> bool:
-    """``MXNET_TENSORRT_STRICT`` read on its own (when the other settings could not be read)."""
-    return os.environ.get("MXNET_TENSORRT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 _scoped: "contextvars.ContextVar[Optional[Dict[str, Any]]]" = contextvars.ContextVar("mx_trt_scoped_options", default=None)
@@ -165,8 +159,8 @@ def _strict(options: Optional[Mapping[str, Any]]) -> bool:
             return Settings().with_options({"strict": options["strict"]}).strict
         except MxTrtError:
             return False
-    return strict_env()
+    return strict_from_env()
 
 
 def _forced_backend(options: Optional[Mapping[str, Any]]) -> bool:
-    return bool((options or {}).get("backend")) or bool(os.environ.get("MXNET_TENSORRT_BACKEND", "").strip())
+    return bool((options or {}).get("backend")) or backend_forced_by_env()

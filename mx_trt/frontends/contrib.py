@@ -29,9 +29,12 @@ __all__ = [
 
 
 def set_use_tensorrt(status: bool) -> None:
-    """Turn the pass on or off for the following binds of the whole process (MXNet 1.3/1.4's switch).
+    """Turn the pass on or off for the following binds (MXNet 1.3/1.4's switch).
 
-    It wins over ``MXNET_USE_TENSORRT`` until called again; the environment is not written.
+    Called in the main thread, it is every thread's default (set once, bind
+    anywhere, as in MXNet); called in another thread, it applies to that
+    thread's binds only. It wins over ``MXNET_USE_TENSORRT`` until the variable
+    changes or it is called again; the environment is not written.
     """
     hook.set_use_tensorrt(bool(status))
 

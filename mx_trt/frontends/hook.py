@@ -1,6 +1,7 @@
-"""The bind hook: ``Symbol.simple_bind`` runs the TensorRT pass when the environment asks.
+"""The bind hook: ``Symbol.simple_bind`` runs the TensorRT pass when the switch is on.
 
-The environment is read at every bind (the design's promise), so one process can
+The switch (:func:`set_use_tensorrt`, else ``MXNET_USE_TENSORRT``, read through
+:mod:`mx_trt.settings`) is read at every bind (the design's promise), so one process can
 bind the same symbol with the pass on, off and on again. Off or unset, MXNet's
 own ``simple_bind`` runs untouched.
 
@@ -13,19 +14,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
+import sys
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mx_trt import patches
 from mx_trt.frontends import mxnet_import
 from mx_trt.errors import MxTrtError
-from mx_trt.settings import ScopedDefault, masked_subgraph_backend, subgraph_backend_is_tensorrt
+from mx_trt.settings import (
+    SWITCH_ENV,
+    ScopedDefault,
+    masked_subgraph_backend,
+    subgraph_backend_is_tensorrt,
+    switch_from_env,
+    switch_values,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Spellings accepted for the switch; the first one set wins.
-ENV_SWITCH = ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT")
+ENV_SWITCH = SWITCH_ENV
 
 _local = threading.local()
 _patched = False
@@ -69,7 +77,7 @@ def set_use_tensorrt(status: Optional[bool]) -> None:
     For this thread's binds; set in the main thread, the default of every thread (:class:`ScopedDefault`).
     """
     # As MXNet's own (which wrote MXNET_USE_TENSORRT), the last word wins: a later change of the variable overrides it.
-    _use_override.set(None if status is None else (bool(status), _switch_raw()))
+    _use_override.set(None if status is None else (bool(status), switch_values()))
 
 
 def add_installer(fn: Callable[[], None]) -> None:
@@ -86,28 +94,9 @@ def add_installer(fn: Callable[[], None]) -> None:
         fn()
 
 
-def _switch_raw() -> Tuple[Optional[str], ...]:
-    """The raw values of the switch's variables, to tell whether they changed since ``set_use_tensorrt``."""
-    return tuple(os.environ.get(n) for n in ENV_SWITCH)
-
-
 def env_enabled() -> bool:
-    """True when ``MXNET_USE_TENSORRT`` (or the design's ``MXNet_USE_TENSORRT``) is on.
-
-    ``1``/``true``/``yes``/``on`` mean on; ``0``, empty or unset mean off. Any
-    other value is off, with a warning.
-    """
-    for name in ENV_SWITCH:
-        raw = os.environ.get(name)
-        if raw is None:
-            continue
-        v = raw.strip().lower()
-        if v in ("1", "true", "yes", "on"):
-            return True
-        if v not in ("0", "false", "no", "off", ""):
-            logger.warning("%s=%r is not understood; TensorRT pass is off (use 1 or 0)", name, raw)
-        return False
-    return False
+    """True when ``MXNET_USE_TENSORRT`` (or ``MXNet_USE_TENSORRT``) is on: :func:`mx_trt.settings.switch_from_env`."""
+    return switch_from_env()
 
 
 def pass_enabled() -> bool:
@@ -120,7 +109,7 @@ def pass_enabled() -> bool:
     if forced is not None:
         return bool(forced)
     override = _use_override.get()
-    if override is not None and override[1] == _switch_raw():
+    if override is not None and override[1] == switch_values():
         return bool(override[0])
     return env_enabled() or subgraph_backend_is_tensorrt()
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import warnings
@@ -57,7 +56,7 @@ from mx_trt.frontends import deferred, hook
 from mx_trt.frontends.common import NativeFallback, call_backend, call_settings, grad_requests, guarded
 from mx_trt.pipeline.bind import BindInfo, optimize
 from mx_trt.pipeline.request import BindRequest
-from mx_trt.settings import masked_subgraph_backend
+from mx_trt.settings import DATA_NAMES_ENV, masked_subgraph_backend
 from mx_trt.runtime.fused_op import (
     OP_TYPE,
     FusedEngine,
@@ -73,8 +72,6 @@ logger = logging.getLogger(__name__)
 
 #: Backend names ``optimize_for`` answers for (compared in lower case); others go to MXNet.
 BACKEND_NAMES = ("tensorrt", "mx_trt")
-#: Comma-separated input names that are data, whatever their names (``bind`` and ``optimize_for``).
-DATA_NAMES_ENV = "MXNET_TENSORRT_DATA_NAMES"
 #: Name endings of the arguments ``Symbol.bind`` takes for weights (Gluon, Module and model zoo names).
 PARAM_SUFFIXES = ("weight", "bias", "gamma", "beta", "alpha", "moving_mean", "moving_var",
                   "running_mean", "running_var")
@@ -92,12 +89,6 @@ def is_our_backend(backend: Any) -> bool:
 def looks_like_parameter(name: str) -> bool:
     """True when an argument's name ends as a parameter's does (``conv0_weight``, ``bn_moving_var``, ...)."""
     return bool(_PARAM_RE.search(name))
-
-
-def env_data_names() -> FrozenSet[str]:
-    """The input names ``MXNET_TENSORRT_DATA_NAMES`` declares data (read at every call)."""
-    raw = os.environ.get(DATA_NAMES_ENV, "")
-    return frozenset(x.strip() for x in raw.split(",") if x.strip())
 
 
 def engines(symbol: Any) -> List[FusedEngine]:
@@ -289,8 +280,9 @@ def optimize_for(sym: Any, backend: str, args: Optional[Dict[str, Any]] = None, 
         import mxnet as mx
 
         options = dict(kwargs)
-        data = _names_option(options.pop("data_names", None), f"{what} options") | env_data_names()
+        given_names = _names_option(options.pop("data_names", None), f"{what} options")
         settings = call_settings(options, f"{what} options")
+        data = given_names | settings.data_names
         if stype_dict and any(v != "default" for v in stype_dict.values()):
             raise NativeFallback("sparse storage types are not supported by the pass")
         if skip_infer:
@@ -385,11 +377,11 @@ def accelerated_bind(sym: Any, ctx: Any, args: Any, args_grad: Any = None, grad_
         return native()
 
     def accelerated() -> Any:
-        data = env_data_names()
+        settings = call_settings()
+        data = settings.data_names
         weights = {k: v for k, v in argd.items() if k not in data and looks_like_parameter(k)}
         weights.update({k: v for k, v in auxd.items() if k not in data})
         inputs = {k: v for k, v in argd.items() if k not in weights}
-        settings = call_settings()
         request = BindRequest(symbol=sym, shapes={k: tuple(v.shape) for k, v in inputs.items()}, params=weights,
                               settings=settings, backend=call_backend(ctx, settings), ctx=ctx,
                               type_dict={k: v.dtype for d in (argd, auxd) for k, v in d.items()})

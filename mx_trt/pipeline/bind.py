@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from mx_trt.builder.profiles import batch_ranges
-from mx_trt.cache import DEFAULT_MAX_MB, EngineCache, env_config
+from mx_trt.cache import EngineCache
 from mx_trt.errors import CacheError, MxTrtError, ParamMismatchError
 from mx_trt.graph.importer import graph_to_json
 from mx_trt.passes.fuse import FuseResult, fuse
@@ -399,19 +399,12 @@ def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]
 
 
 def _engine_cache(settings: Settings) -> Any:
-    """The plan cache of this bind (``settings.cache_dir``, else the environment), or ``None``.
+    """The plan cache of this bind (``settings.cache_dir`` and ``cache_max_mb``), or ``None``.
 
     ``None`` when disabled, or unusable (with a warning): a bind never fails for its cache.
     """
     try:
-        if settings.cache_dir is None:
-            return EngineCache.from_env()
-        if not settings.cache_dir.strip():
-            return None
-        if settings.cache_max_mb is not None:
-            return EngineCache(settings.cache_dir, max_bytes=settings.cache_max_mb << 20)
-        config = env_config()
-        return EngineCache(settings.cache_dir, max_bytes=config[1] if config else DEFAULT_MAX_MB << 20)
+        return EngineCache.from_settings(settings)
     except (CacheError, OSError) as exc:
         logger.warning("plan cache disabled: %s", exc)
         return None

@@ -98,7 +98,7 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
     ranges, digests_all = weights.ranges, weights.digests
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
-    provider = EngineProvider(backend, request.device_id, cache, progress.phase)
+    provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options())
     exporter = SubgraphExporter(request.symbol, request.shapes, request.params, graph, weights.arrays, settings.fp16,
                                 ranges, int8.export if int8 is not None else None)
     rule = _MeasuredRule(request, plan, provider, exporter, int8, weights.arrays, ranges, cache,
@@ -168,11 +168,12 @@ class _MeasuredRule:
             others = []
         for b in others:
             if b.name not in self.providers:
-                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress)
+                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress, settings.engine_options())
         self.exporter = exporter
         self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
             request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
-        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers)
+        self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers,
+                                 threads=settings.thread_counts())
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:

@@ -47,7 +47,6 @@ from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
 from mx_trt.runtime.fused_op import OP_TYPE, register_engine
-from mx_trt.settings import thread_settings
 
 logger = logging.getLogger(__name__)
 
@@ -258,12 +257,15 @@ class Measurer:
         providers: Backend name -> its :class:`EngineProvider`, in order of preference.
         timer: How a subgraph is timed (``None``: this module's :func:`default_timer`).
         budget_s: Seconds this bind may spend measuring (``None``: :data:`BIND_SECONDS`).
+        threads: The bind's thread counts (:meth:`~mx_trt.settings.Settings.thread_counts`):
+            a stored decision holds for them only.
     """
 
     def __init__(self, graph: Graph, params: Mapping[str, Any], ctx: Any, native_bind: Optional[Callable[..., Any]],
                  cache: Any, providers: Mapping[str, EngineProvider], timer: Optional[Timer] = None,
-                 budget_s: Optional[float] = None) -> None:
+                 budget_s: Optional[float] = None, threads: Optional[Mapping[str, str]] = None) -> None:
         self.graph, self.params, self.ctx, self.native_bind = graph, params, ctx, native_bind
+        self.threads = dict(threads or {})
         self.cache, self.providers = cache, dict(providers)
         self.timer: Timer = timer if timer is not None else default_timer
         self.budget_s = BIND_SECONDS if budget_s is None else budget_s
@@ -275,7 +277,7 @@ class Measurer:
         keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
         # MXNet's and the engines' thread counts change what is faster: a decision holds for them only.
         return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
-                         "cpus": engine_threads(), "threads": thread_settings()})
+                         "cpus": engine_threads(), "threads": self.threads})
 
     def _stored(self, key: str, name: str) -> Optional[Decision]:
         if self.cache is None:

@@ -85,16 +85,17 @@ def write_onnx_model(repo: str, name: str, exported: ExportedSubgraph, inputs: S
 
 def write_plan_model(repo: str, name: str, exported: ExportedSubgraph, inputs: Sequence[TensorSpec],
                      outputs: Sequence[TensorSpec], max_batch: int, max_queue_delay_us: int, instances: int,
-                     backend: Any, device_id: int = 0) -> str:
+                     backend: Any, device_id: int = 0, engine_options: Optional[Mapping[str, Any]] = None) -> str:
     """Build a TensorRT plan (batch 1 to ``max_batch``, weights in it) and write ``repo/name`` for
-    ``platform: "tensorrt_plan"``; returns the folder.
+    ``platform: "tensorrt_plan"``; returns the folder. ``engine_options``: the build's
+    (:meth:`~mx_trt.settings.Settings.engine_options`: the workspace cap).
 
     Raises:
         EngineBuildError, BackendUnavailableError: the plan cannot be built here.
         ServeError: the folder cannot be written.
     """
     engine = backend.build(exported, BuildOptions(device_id=device_id, name=name, extra={
-        "batch_ranges": [(1, max_batch, max_batch)], "strip_weights": False}))
+        **(engine_options or {}), "batch_ranges": [(1, max_batch, max_batch)], "strip_weights": False}))
     plan = bytes(engine.plan)
     info = {"backend": backend.version(), "device": backend.device_signature(device_id), "max_batch": max_batch,
             "bytes": len(plan)}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from mx_trt.errors import ServeError
+from mx_trt.settings import child_environment
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ def prepare(workdir: str, base_env: Optional[Dict[str, str]] = None) -> Runtime:
         os.symlink(lib, link)
     except OSError as exc:
         raise ServeError(f"cannot lay out the Triton backend in {workdir}: {exc}") from exc
-    env = dict(os.environ if base_env is None else base_env)
+    env = child_environment(base=base_env)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib_dir, env.get("LD_LIBRARY_PATH", ""), dist.libs) if p)
     env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(sys.executable), env.get("PATH", "")) if p)
     logger.debug("Triton runtime in %s: stub %s, libpython %s", workdir, dist.stub, lib)

@@ -4,7 +4,8 @@
 
 Builds the model from MXNet's model zoo with seeded random weights (no download),
 saves a checkpoint, loads it back as a user would, binds it with
-``MXNET_USE_TENSORRT`` off and on in one process, and prints the subgraphs, the
+the switch off and on in one process (``hook.disabled``/``hook.forced``, as
+``MXNET_USE_TENSORRT`` would, without writing the environment), and prints the subgraphs, the
 operator coverage, the operators left native with their reasons, the largest
 absolute difference of the outputs, and the median latency of both, with
 native MXNet also timed at ``OMP_NUM_THREADS`` = the CPUs the process may use
@@ -22,10 +23,11 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from mx_trt.frontends import hook
 from mx_trt.frontends.contrib import bind_info
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.builder.engines import clear_pool
-from mx_trt.settings import env_int
+from mx_trt.settings import Settings
 from mx_trt.tools.cli.timing import forward_fn, measure
 from mx_trt.tools.native_process import NativeProcess
 
@@ -85,10 +87,11 @@ def main(argv: List[str] | None = None) -> int:
 
     results = {}
     executors = {}
-    for label, flag in (("native", "0"), ("mx_trt", "1")):
-        os.environ["MXNET_USE_TENSORRT"] = flag
+    for label, switch in (("native", hook.disabled), ("mx_trt", hook.forced)):
         t = time.perf_counter()
-        exe = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
+        with switch():
+            exe = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params),
+                                  grad_req="null")
         bind_s = time.perf_counter() - t
         if label == "native":
             exe.copy_params_from(arg_params, aux_params)
@@ -129,7 +132,9 @@ def main(argv: List[str] | None = None) -> int:
     # A second accelerated bind, as a new process would do it: engines come from the plan cache.
     clear_pool()
     t = time.perf_counter()
-    again = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params), grad_req="null")
+    with hook.forced():
+        again = sym.simple_bind(ctx=ctx, data=shape, shared_buffer=merge_dicts(arg_params, aux_params),
+                                grad_req="null")
     warm_s = time.perf_counter() - t
     warm = bind_info(again)
     loads = warm.loads if warm is not None else 0
@@ -137,8 +142,9 @@ def main(argv: List[str] | None = None) -> int:
     print(f"bind: native {results['native'][1]:.2f} s, mx_trt {results['mx_trt'][1]:.2f} s "
           f"({info.builds} built, {info.loads} loaded), mx_trt again {warm_s:.2f} s ({cached})")
     del again
-    lat = _latencies(executors, sym, merge_dicts(arg_params, aux_params), shape, x, args.runs)
-    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    settings = Settings.from_env()
+    lat = _latencies(executors, sym, merge_dicts(arg_params, aux_params), shape, x, args.runs, settings.ort_threads)
+    threads = settings.omp_threads if settings.omp_threads is not None else "unset"
     print(f"median latency over {args.runs} runs, in alternating rounds (the machine may be shared: ratios count):")
     print(f"  native, MXNet's own threads (OMP_NUM_THREADS={threads}): {lat['native']:.1f} ms "
           f"(native/mx_trt = {lat['native'] / lat['mx_trt']:.2f}x)")
@@ -152,10 +158,11 @@ def main(argv: List[str] | None = None) -> int:
 
 
 def _latencies(executors: Dict[str, Any], sym: Any, params: Dict[str, Any], shape: Tuple[int, ...], x: np.ndarray,
-               runs: int, rounds: int = 5) -> Dict[str, float]:
+               runs: int, ort_threads: int = 0, rounds: int = 5) -> Dict[str, float]:
     """Median ms of each executor, and of native and accelerated MXNet at the engines' thread count
-    (worker processes: MXNet fixes its thread count at import), in alternating rounds."""
-    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    (``ort_threads``, 0: the usable CPUs; worker processes: MXNet fixes its thread count at import),
+    in alternating rounds."""
+    threads = ort_threads or engine_threads()
     times: Dict[str, List[float]] = {k: [] for k in executors}
     workers: Dict[str, NativeProcess] = {}
     for key, accelerated in (("native_equal", False), ("mx_trt_equal", True)):

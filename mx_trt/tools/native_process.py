@@ -36,6 +36,7 @@ import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
+from mx_trt.settings import child_environment
 
 #: The worker ends after this long without a request.
 IDLE_SECONDS = 600.0
@@ -89,11 +90,11 @@ class NativeProcess:
         self.backends: List[str] = []
         self._dir = tempfile.TemporaryDirectory(prefix="mx_trt_native_")
         spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict, accelerated)
-        env = dict(os.environ)
-        env.update({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-                    "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"})
+        overrides = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+                     "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"}
         if cache_dir is not None:
-            env["MXNET_TENSORRT_CACHE_DIR"] = cache_dir
+            overrides["MXNET_TENSORRT_CACHE_DIR"] = cache_dir
+        env = child_environment(overrides)
         # The worker imports this very copy of mx_trt (a checkout or the installed one).
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from mx_trt.builder import cpus
+from mx_trt.settings import Settings
 
 
 def _write(path, text):
@@ -90,6 +91,6 @@ def test_onnxruntime_engines_use_the_usable_cpus(monkeypatch):
 
     monkeypatch.delenv("MXNET_TENSORRT_ORT_THREADS", raising=False)
     monkeypatch.setattr(ortb, "engine_threads", lambda: 3)
-    assert ortb._session_options().intra_op_num_threads == 3
-    monkeypatch.setenv("MXNET_TENSORRT_ORT_THREADS", "1")
-    assert ortb._session_options().intra_op_num_threads == 1
+    assert ortb._session_options(threads=ortb._threads(Settings.from_env().engine_options())).intra_op_num_threads == 3
+    monkeypatch.setenv("MXNET_TENSORRT_ORT_THREADS", "1")  # the bind's settings carry it to the engines
+    assert ortb._session_options(threads=ortb._threads(Settings.from_env().engine_options())).intra_op_num_threads == 1

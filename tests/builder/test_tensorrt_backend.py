@@ -126,13 +126,12 @@ def test_cuda_wrapper_says_why_there_is_no_device():
 # --------------------------------------------------------------------------- settings
 
 
-def test_workspace_env():
+def test_workspace_option():
     assert workspace_limit({}) is None
-    assert workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": " "}) is None
-    assert workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": "256"}) == 256 << 20
-    for bad in ("abc", "0", "-4", "1.5"):
-        with pytest.raises(MxTrtError, match="MXNET_TENSORRT_WORKSPACE_MB"):
-            workspace_limit({"MXNET_TENSORRT_WORKSPACE_MB": bad})
+    assert workspace_limit({"workspace_mb": 256}) == 256 << 20
+    for bad in ("256", 0, -4, 1.5, True):
+        with pytest.raises(MxTrtError, match="workspace_mb"):
+            workspace_limit({"workspace_mb": bad})
 
 
 def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
@@ -140,22 +139,29 @@ def test_workspace_cap_reaches_the_builder_config(rtx, monkeypatch):
     real = rtx.IBuilderConfig.set_memory_pool_limit
     monkeypatch.setattr(rtx.IBuilderConfig, "set_memory_pool_limit",
                         lambda self, pool, size: seen.append((pool, size)) or real(self, pool, size))
+    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "32")  # the builder reads its options, never the environment
     build(tiny())
     assert seen == []  # no cap by default
-    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "64")
-    build(tiny())
+    build(tiny(), **Settings(workspace_mb=64).engine_options())
     assert seen == [(rtx.MemoryPoolType.WORKSPACE, 64 << 20)]
-    ex = tiny()  # exported first: a bind would already refuse the value (Settings.from_env)
-    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "lots")
-    with pytest.raises(EngineBuildError, match="MXNET_TENSORRT_WORKSPACE_MB"):
-        build(ex)
+    with pytest.raises(EngineBuildError, match="workspace_mb"):
+        build(tiny(), workspace_mb="lots")
+
+
+def test_workspace_and_specialization_come_from_the_binds_settings(monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_WORKSPACE_MB", "64")
+    monkeypatch.setenv("MXNET_TENSORRT_RTX_SPECIALIZATION", "EAGER")
+    assert Settings.from_env().engine_options() == {"workspace_mb": 64, "rtx_specialization": "eager"}
+    monkeypatch.delenv("MXNET_TENSORRT_WORKSPACE_MB")
+    monkeypatch.delenv("MXNET_TENSORRT_RTX_SPECIALIZATION")
+    assert Settings.from_env().engine_options() == {}
 
 
 def test_rtx_specialization_setting(monkeypatch):
-    monkeypatch.delenv("MXNET_TENSORRT_RTX_SPECIALIZATION", raising=False)
+    monkeypatch.setenv("MXNET_TENSORRT_RTX_SPECIALIZATION", "eager")  # not read here: the options carry it
     assert rtx_specialization({}) == "lazy"
-    assert rtx_specialization({}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "EAGER"}) == "eager"
-    assert rtx_specialization({"rtx_specialization": "none"}, {"MXNET_TENSORRT_RTX_SPECIALIZATION": "eager"}) == "none"
+    assert rtx_specialization({"rtx_specialization": "EAGER"}) == "eager"
+    assert rtx_specialization({"rtx_specialization": "none"}) == "none"
     with pytest.raises(MxTrtError, match="lazy, eager, none"):
         rtx_specialization({"rtx_specialization": "sometimes"})
 

@@ -22,6 +22,7 @@ import pytest
 
 from mx_trt import cache as cache_mod
 from mx_trt.cache import DEFAULT_MAX_MB, CacheEntry, EngineCache, default_cache_dir, make_key
+from mx_trt.settings import Settings
 from mx_trt.errors import CacheError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -596,22 +597,22 @@ def test_from_env_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("MXNET_TENSORRT_CACHE_DIR", raising=False)
     monkeypatch.delenv("MXNET_TENSORRT_CACHE_MAX_MB", raising=False)
-    c = EngineCache.from_env()
+    c = EngineCache.from_settings(Settings.from_env())
     assert c is not None and c.directory == default_cache_dir()
     assert c.max_bytes == DEFAULT_MAX_MB * MIB
     assert not os.path.exists(c.directory)  # nothing is created before the first write
     for off in ("", "  "):
         monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", off)
-        assert EngineCache.from_env() is None
+        assert EngineCache.from_settings(Settings.from_env()) is None
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path / "mine"))
-    assert EngineCache.from_env().directory == str(tmp_path / "mine")
+    assert EngineCache.from_settings(Settings.from_env()).directory == str(tmp_path / "mine")
 
 
 @pytest.mark.parametrize("raw, want", [("10", 10 * MIB), (" 1 ", MIB), ("0", 0), ("", DEFAULT_MAX_MB * MIB)])
 def test_from_env_max_mb(monkeypatch, tmp_path, raw, want):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_MAX_MB", raw)
-    assert EngineCache.from_env().max_bytes == want
+    assert EngineCache.from_settings(Settings.from_env()).max_bytes == want
 
 
 @pytest.mark.parametrize("raw", ["-1", "abc", "1.5", "10MB"])
@@ -619,7 +620,7 @@ def test_from_env_max_mb_errors(monkeypatch, tmp_path, raw):
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_MAX_MB", raw)
     with pytest.raises(CacheError, match="MXNET_TENSORRT_CACHE_MAX_MB"):
-        EngineCache.from_env()
+        EngineCache.from_settings(Settings.from_env())
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True])

@@ -28,7 +28,8 @@ reports the same comparisons with timings.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import mxnet as mx
 import numpy as np
@@ -36,7 +37,6 @@ import pytest
 
 import mx_trt
 from mx_trt.frontends import hook
-from mx_trt.settings import env_override
 from tests.models.digits import trained_digits_cnn
 from tests.models.normalized import centered_cosine, normalized_zoo_model, smooth_images
 from tests.harness.mxcheck import OP_TOL
@@ -52,6 +52,17 @@ ZOO = {"resnet18_v1": (64, 0.95, 0.75), "mobilenetv2_0.5": (64, 0.35, 0.1)}
 ZOO_SAMPLES = 32
 
 
+@contextlib.contextmanager
+def _environment(values: Dict[str, Optional[str]]) -> Iterator[None]:
+    """The environment variables ``values`` (``None``: unset) for a block, restored after (a test's own process)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in values.items():
+            if v is None:
+                mp.delenv(k, raising=False)
+            else:
+                mp.setenv(k, v)
+        yield
+
 def _native(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], x: np.ndarray) -> np.ndarray:
     with hook.disabled():
         exe = sym.simple_bind(mx.cpu(), data=x.shape, grad_req="null")
@@ -65,7 +76,7 @@ def _accelerated(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], x: np.ndar
     """The output with the pass at ``precision`` (environment settings, every subgraph an engine, no plan cache)."""
     env = {"MXNET_TENSORRT_PRECISION": precision, "MXNET_TENSORRT_CALIBRATION": table or None,
            "MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_USE_FP16": None}
-    with env_override(env):
+    with _environment(env):
         exe = mx_trt.tensorrt_bind(sym, mx.cpu(), {**args, **aux}, data=x.shape)
     info = mx_trt.bind_info(exe)
     assert info is not None and info.engines, f"{precision}: no engine was built"
@@ -129,7 +140,7 @@ def test_int8_options_match_environment(digits, tmp_path):
     path = str(tmp_path / "digits-calib.json")
     table = _calibrate(digits, "entropy", path)
     by_env, _ = _accelerated(digits.symbol, digits.arg_params, digits.aux_params, digits.test_x, "int8", path)
-    with env_override({"MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_PRECISION": None,
+    with _environment({"MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_PRECISION": None,
                        "MXNET_TENSORRT_CALIBRATION": None}):
         opt = digits.symbol.optimize_for("TensorRT", digits.arg_params, digits.aux_params, mx.cpu(),
                                          shape_dict={"data": digits.test_x.shape}, precision="int8", calibration=table,

@@ -38,6 +38,7 @@ from mx_trt.builder import engines
 from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.cache import EngineCache, make_key
 from mx_trt.errors import CacheError, ExportError
+from mx_trt.settings import Settings
 from mx_trt.tools.cli.main import main as cli_main
 from tests.harness.mxcheck import random_params
 
@@ -633,7 +634,7 @@ def test_bad_environment_values(monkeypatch, tmp_path, caplog, capsys, accel, ch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(var, value)
     with pytest.raises(CacheError) as info:
-        EngineCache.from_env()
+        EngineCache.from_settings(Settings.from_env())
     msg = str(info.value)
     assert var in msg and repr(value) in msg and allowed in msg and "\n" not in msg
     with caplog.at_level(logging.WARNING):
@@ -652,4 +653,4 @@ def test_empty_max_mb_means_the_default(monkeypatch, tmp_path, value):
 
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MXNET_TENSORRT_CACHE_MAX_MB", value)
-    assert EngineCache.from_env().max_bytes == DEFAULT_MAX_MB << 20
+    assert EngineCache.from_settings(Settings.from_env()).max_bytes == DEFAULT_MAX_MB << 20

@@ -382,7 +382,7 @@ LOAD_SCRIPT = textwrap.dedent('''
     import mx_trt
     from mx_trt.artifacts import export_model
     from mx_trt.errors import BackendUnavailableError, ExportError, ShapeError
-    from mx_trt.settings import Settings, env_override
+    from mx_trt.settings import Settings
     import dataclasses
 
     work = {work!r}
@@ -398,9 +398,9 @@ LOAD_SCRIPT = textwrap.dedent('''
     exe.arg_dict["data"][:] = data
     native = exe.forward(is_train=False)[0].asnumpy()
     for name, excl in (("whole", ""), ("mixed", "FullyConnected")):
-        with env_override({{"MXNET_TENSORRT_EXCLUDE_OPS": excl}}):
-            export_model(sym, mx.cpu(), params, {{"data": (2, 3, 8, 8)}}, os.path.join(work, name),
-                         dataclasses.replace(Settings.from_env(), max_batch_size=4))
+        export_model(sym, mx.cpu(), params, {{"data": (2, 3, 8, 8)}}, os.path.join(work, name),
+                     dataclasses.replace(Settings.from_env(), max_batch_size=4,
+                                         exclude_ops=frozenset(excl.split(",")) - {{""}}))
 
     def w(path, data, mode="w"):
         with open(path, mode) as f:

@@ -39,7 +39,6 @@ from mx_trt.export.plugins import Plugin, hold_plugin, model_plugins
 from mx_trt.export.shapes import PluginShape
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.passes.ir import BatchRange
-from mx_trt.settings import env_int
 from mx_trt.builder.backends.ort_plugins import plugins_named, register_plugins
 from mx_trt.builder.backends.plugin_runs import watching
 from mx_trt.builder.backends.base import (
@@ -56,13 +55,14 @@ from mx_trt.builder.backends.base import (
 logger = logging.getLogger(__name__)
 
 
-def _threads() -> int:
-    """Threads per engine: ``MXNET_TENSORRT_ORT_THREADS``, or with 0 (default) the CPUs this process may use.
+def _threads(extra: Mapping[str, Any]) -> int:
+    """Threads per engine: ``extra["ort_threads"]`` (the bind's ``MXNET_TENSORRT_ORT_THREADS``), or the CPUs
+    this process may use.
 
     ONNX Runtime's own default counts the machine's cores, whatever the process's
     affinity mask or its container's CPU quota (:func:`mx_trt.builder.cpus.engine_threads`).
     """
-    return env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    return int(extra.get("ort_threads") or 0) or engine_threads()
 
 
 #: ONNX Runtime's tag for external data that lives in memory: ``offset`` is the address.
@@ -75,13 +75,14 @@ PREPACK_MAX_BYTES = 1 << 30
 STORE_MAX_BYTES = 1 << 30
 
 
-def _session_options(optimize: bool = True) -> Any:
+def _session_options(optimize: bool = True, threads: int = 0) -> Any:
+    """Session options; ``threads`` 0: the CPUs this process may use."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    so.intra_op_num_threads = _threads()
+    so.intra_op_num_threads = threads or engine_threads()
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     # The arena keeps every block it ever grew to; without it, memory freed after
@@ -94,13 +95,13 @@ def _session_options(optimize: bool = True) -> Any:
     return so
 
 
-def _build_options(weight_bytes: int, plugins: Sequence[Any]) -> Any:
+def _build_options(weight_bytes: int, plugins: Sequence[Any], threads: int = 0) -> Any:
     """Session options of a build over ``weight_bytes`` of weights, ``plugins`` registered.
 
     Raises:
         EngineBuildError: a plugin's implementation cannot be registered.
     """
-    so = _session_options()
+    so = _session_options(threads=threads)
     register_plugins(so, plugins)
     if weight_bytes > PREPACK_MAX_BYTES:
         # Prepacking would copy every MatMul/Gemm weight once more; past this size
@@ -263,7 +264,7 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         plugins = model_plugins(exported.model)
-        so = _build_options(exported.weight_bytes, plugins)
+        so = _build_options(exported.weight_bytes, plugins, _threads(options.extra))
         # Stored engines need ONNX Runtime to write the optimized model and the values
         # it derived (through protobuf: only below its limit).
         keep = bool(options.extra.get("keep_artifacts")) and exported.weight_bytes < STORE_MAX_BYTES
@@ -281,7 +282,7 @@ class OnnxRuntimeBackend(Backend):
                             type(exc).__name__, exc)
                 shutil.rmtree(art, ignore_errors=True)
                 art = make_work_dir("mx_trt_ort_", options.extra.get("work_dir"))
-                so = _build_options(exported.weight_bytes, plugins)
+                so = _build_options(exported.weight_bytes, plugins, _threads(options.extra))
         try:
             # A path, not bytes: ONNX Runtime's optimizers read in-memory initializers only from a model file.
             path = os.path.join(art, "model.onnx")
@@ -328,7 +329,8 @@ class OnnxRuntimeBackend(Backend):
         del so, values
         trim_heap()
         fed, inline_bytes = _strip_optimized(art, held)
-        session, kept = _stored_session(os.path.join(art, "stored.onnx"), fed, held, name, plugins)
+        session, kept = _stored_session(os.path.join(art, "stored.onnx"), fed, held, name, plugins,
+                                        _threads(options.extra))
         engine = OrtEngine(session, inputs, outputs, name, ranges, art, "onnx-fed", kept)
         engine._fed, engine._inline_bytes = fed, inline_bytes
         engine._fed_arrays = {n: held[n] for n in fed}
@@ -354,7 +356,7 @@ class OnnxRuntimeBackend(Backend):
             arrays = feed() if fed and feed is not None else {}
         plugins = plugins_named([str(n) for n in meta.get("plugins", [])])
         session, held = _stored_session(os.path.join(directory, str(meta["file"])), fed, arrays, options.name,
-                                        plugins)
+                                        plugins, _threads(options.extra))
         ranges: List[BatchRange] = [(int(r[0]), int(r[1]), int(r[2])) for r in meta.get("batch_ranges", [])]
         engine = OrtEngine(session, tensor_specs(meta["inputs"]), tensor_specs(meta["outputs"]), options.name,
                            ranges, held=held)
@@ -389,14 +391,14 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _stored_session(path: str, fed: Sequence[str], arrays: Mapping[str, Any], name: str,
-                    plugins: Sequence[Any] = ()) -> Tuple[Any, List[Tuple[np.ndarray, Any]]]:
+                    plugins: Sequence[Any] = (), threads: int = 0) -> Tuple[Any, List[Tuple[np.ndarray, Any]]]:
     """A session over a stored (already optimized) model, ``fed`` weights taken from ``arrays`` in place.
 
     Returns the session and the (array, OrtValue) pairs it reads, to keep alive with it.
     """
     import onnxruntime as ort
 
-    so = _session_options(optimize=False)  # the stored model is already optimized
+    so = _session_options(optimize=False, threads=threads)  # the stored model is already optimized
     register_plugins(so, plugins)
     held: List[Tuple[np.ndarray, Any]] = []
     for w in fed:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from mx_trt.tools.cli.options import (
 )
 from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
 from mx_trt.builder.cpus import engine_threads
-from mx_trt.settings import env_int
 from mx_trt.tools.native_process import NativeProcess
 
 logger = logging.getLogger(__name__)
@@ -113,7 +111,7 @@ def bench_steps(runs: int, warmup: int) -> int:
 
 
 def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mapping[str, Any], ctx: Any,
-                   accelerated: bool = False) -> Tuple[Optional[NativeProcess], str]:
+                   ort_threads: int = 0, accelerated: bool = False) -> Tuple[Optional[NativeProcess], str]:
     """MXNet with OMP_NUM_THREADS = the usable CPUs, in a worker process, or ``None`` and why not.
 
     ``accelerated``: the worker binds with the pass on, so its native operators and the
@@ -122,7 +120,7 @@ def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mappin
     if ctx.device_type != "cpu":
         return None, "CPU contexts only"
     # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
-    threads = env_int("MXNET_TENSORRT_ORT_THREADS", 0, 0, 1024) or engine_threads()
+    threads = ort_threads or engine_threads()
     try:
         return NativeProcess(ckpt.symbol, ckpt.params, bshapes, feeds, threads=threads, accelerated=accelerated), ""
     except (RuntimeError, OSError) as exc:
@@ -180,7 +178,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     if equal_threads:
         for key, acc in (("native equal threads", False), ("accelerated equal threads", True)):
             progress.phase(f"batch {batch}: binding {key}")
-            w, why = _equal_threads(ckpt, bshapes, feeds, ctx, accelerated=acc)
+            w, why = _equal_threads(ckpt, bshapes, feeds, ctx, settings.ort_threads, accelerated=acc)
             if w is not None:
                 workers[key] = w
             else:
@@ -283,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
         threads = max((r.threads for r in rows), default=0)
         print(f"model: {ckpt.prefix}  inputs: {shapes_text(shapes)}  backend: {backend.name}  "
               f"{args.runs} runs after {args.warmup} warm-up, latency in ms, throughput in samples/s")
-        print(f"native: MXNet's own threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
+        omp = settings.omp_threads if settings.omp_threads is not None else "unset"
+        print(f"native: MXNet's own threads (OMP_NUM_THREADS={omp}); "
               + (f"native/accel {threads}t: OMP_NUM_THREADS={threads}, the CPUs this process may use, "
                  "in worker processes" if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))

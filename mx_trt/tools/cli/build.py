@@ -12,7 +12,7 @@ from mx_trt.builder import engines
 from mx_trt.cache import ENV_DIR, EngineCache
 from mx_trt.errors import MxTrtError
 from mx_trt.pipeline.int8 import subgraph_precisions
-from mx_trt.settings import env_override
+from mx_trt.settings import Settings
 from mx_trt.tools.cli.binding import bind_accelerated, decision_json
 from mx_trt.tools.cli.checkpoint import load_model, resolve_shapes
 from mx_trt.tools.cli.options import (
@@ -24,6 +24,7 @@ from mx_trt.tools.cli.options import (
     default_batches,
     engine_setup,
     parse_batches,
+    settings_from_env,
     with_batch,
 )
 
@@ -40,15 +41,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _usable_cache() -> EngineCache:
-    """The plan cache the environment names, checked to be usable.
+def _usable_cache(settings: Settings) -> EngineCache:
+    """The plan cache ``settings`` name (the environment's, or ``--cache-dir``), checked to be usable.
 
     Raises:
         UsageError: a malformed cache variable, the cache disabled, or a folder
             that cannot be used.
     """
     try:
-        cache = EngineCache.from_env()
+        cache = EngineCache.from_settings(settings)
     except MxTrtError as exc:
         raise UsageError(str(exc)) from None
     if cache is None:
@@ -67,31 +68,34 @@ def run(args: argparse.Namespace) -> int:
     """
     batches = parse_batches(args.batch) if args.batch else None
     check_max_batch(args)
-    with env_override({ENV_DIR: os.path.abspath(args.cache_dir)} if args.cache_dir else {}):
-        cache = _usable_cache()
-        before = {e.key for e in cache.entries()}
-        ckpt, shapes, _ = load_model(args)
-        settings, ctx, backend = engine_setup(args)
-        if batches is None:
-            batches = default_batches(shapes)
-        per_batch = [with_batch(shapes, b) for b in batches]
-        for bs in per_batch:
-            resolve_shapes(ckpt, bs)
-        rows: List[Dict[str, Any]] = []
-        for b, bs in zip(batches, per_batch):
-            engines.clear_pool()  # so every batch is looked up on disk, and stored there when built
-            t = time.perf_counter()
-            exe, info = bind_accelerated(ckpt, bs, ctx, settings, backend)
-            dt = time.perf_counter() - t
-            precisions = subgraph_precisions(info.plan, settings)
-            rows.append({"batch": b, "engines": len(info.engines), "built": info.builds, "cached": info.loads,
-                         "failed": dict(info.native_failures), "seconds": dt,
-                         "precision": {name: p.describe() for name, p in precisions.items()
-                                       if name not in info.native_failures},
-                         "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float},
-                         "decisions": {name: decision_json(d) for name, d in info.decisions.items()}})
-            del exe, info
-        engines.clear_pool()
+    folder = os.path.abspath(args.cache_dir) if args.cache_dir else None
+    env = settings_from_env()
+    cache = _usable_cache(env.with_cache_dir(folder) if folder else env)
+    before = {e.key for e in cache.entries()}
+    ckpt, shapes, _ = load_model(args)
+    settings, ctx, backend = engine_setup(args)
+    if folder:
+        settings = settings.with_cache_dir(folder)
+    if batches is None:
+        batches = default_batches(shapes)
+    per_batch = [with_batch(shapes, b) for b in batches]
+    for bs in per_batch:
+        resolve_shapes(ckpt, bs)
+    rows: List[Dict[str, Any]] = []
+    for b, bs in zip(batches, per_batch):
+        engines.clear_pool()  # so every batch is looked up on disk, and stored there when built
+        t = time.perf_counter()
+        exe, info = bind_accelerated(ckpt, bs, ctx, settings, backend)
+        dt = time.perf_counter() - t
+        precisions = subgraph_precisions(info.plan, settings)
+        rows.append({"batch": b, "engines": len(info.engines), "built": info.builds, "cached": info.loads,
+                     "failed": dict(info.native_failures), "seconds": dt,
+                     "precision": {name: p.describe() for name, p in precisions.items()
+                                   if name not in info.native_failures},
+                     "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float},
+                     "decisions": {name: decision_json(d) for name, d in info.decisions.items()}})
+        del exe, info
+    engines.clear_pool()
     if args.json:
         print(json.dumps({"model": ckpt.prefix, "cache_dir": cache.directory, "backend": backend.name,
                           "fp16": settings.fp16, "precision": settings.precision, "max_batch_size": settings.max_batch_size, "batches": rows}, indent=2))

@@ -153,7 +153,8 @@ def _engine_variants(args: argparse.Namespace, ckpt: Any, spec: Any, outdir: str
         skipped.append(f"{name}_trt (tensorrt_plan): {why}")
         return written, skipped
     try:
-        written.append(write_plan_model(outdir, f"{name}_trt", exported, *common, backend=backend))
+        written.append(write_plan_model(outdir, f"{name}_trt", exported, *common, backend=backend,
+                                        engine_options=settings.engine_options()))
     except MxTrtError as exc:
         skipped.append(f"{name}_trt (tensorrt_plan): {exc}")
     return written, skipped

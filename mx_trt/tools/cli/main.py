@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from mx_trt.errors import CalibrationError, MxTrtError, ShapeError
-from mx_trt.settings import env_override
+from mx_trt.settings import quiet_mxnet_subgraph_log
 from mx_trt.tools.cli import bench, build, export, partition, serve, verify
 from mx_trt.tools.cli.checkpoint import mxnet_message
 from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, INT32_MAX, UsageError, int_in
@@ -131,9 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
     state = _setup_logging(args.verbose, args.quiet)
     # MXNet prints a line per native bind about its MKLDNN subgraph backend otherwise.
-    quiet_mxnet = env_override({} if "MXNET_SUBGRAPH_VERBOSE" in os.environ else {"MXNET_SUBGRAPH_VERBOSE": "0"})
     try:
-        with quiet_mxnet:
+        with quiet_mxnet_subgraph_log():
             return int(args.func(args))
     except (UsageError, ShapeError, CalibrationError) as exc:  # bad input: exit 2
         print(f"mxtrt: error: {_one_line(exc)}", file=sys.stderr)

@@ -44,7 +44,9 @@ stream) that binds MXNet's device pointers with ``set_tensor_address``.
 ``output_shape_rule``     ``"batch"`` / ``"static"`` / ``"engine"`` (default: inferred)
 ``progress``              ``callable(phase: str, step: int, total: int)``
 ``timing_cache_path``     timing cache file, loaded if present, saved after the build
-``rtx_specialization``    ``lazy`` / ``eager`` / ``none`` (RTX; env ``MXNET_TENSORRT_RTX_SPECIALIZATION``)
+``rtx_specialization``    ``lazy`` / ``eager`` / ``none`` (RTX; the bind's ``MXNET_TENSORRT_RTX_SPECIALIZATION``)
+``workspace_mb``          cap of the workspace pool in MiB (the bind's ``MXNET_TENSORRT_WORKSPACE_MB``;
+                          absent: no cap, TensorRT may use what the device has)
 ``runtime_cache_path``    RTX runtime cache file, loaded at context creation, saved after runs
 ``work_dir``              where temporary files of a build go (the plan cache's ``tmp/``)
 ``weights``               ``callable() -> {initializer name: numpy array}`` (every initializer of the
@@ -53,8 +55,8 @@ stream) that binds MXNet's device pointers with ``set_tensor_address``.
 ``strip_weights``         ``False`` builds the plan with its weights (default ``True``: stripped)
 ========================  =================================================================
 
-Environment: ``MXNET_TENSORRT_WORKSPACE_MB`` caps the workspace pool (default:
-no cap, TensorRT may use what the device has).
+The keys a bind's settings give (``workspace_mb``, ``rtx_specialization``) come from
+:meth:`mx_trt.settings.Settings.engine_options`; nothing here reads the environment.
 """
 from __future__ import annotations
 

@@ -55,22 +55,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def workspace_limit(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
-    """Bytes for the WORKSPACE memory pool from ``MXNET_TENSORRT_WORKSPACE_MB``, or ``None`` (no cap).
+def workspace_limit(extra: Mapping[str, Any]) -> Optional[int]:
+    """Bytes for the WORKSPACE memory pool from ``extra["workspace_mb"]`` (the bind's
+    ``MXNET_TENSORRT_WORKSPACE_MB``), or ``None`` (no cap).
 
     Raises:
-        MxTrtError: the variable is not a positive whole number of MiB.
+        MxTrtError: not a positive whole number of MiB.
     """
-    raw = (os.environ if env is None else env).get("MXNET_TENSORRT_WORKSPACE_MB", "").strip()
-    if not raw:
+    raw = extra.get("workspace_mb")
+    if raw is None:
         return None
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise MxTrtError(f"MXNET_TENSORRT_WORKSPACE_MB={raw!r}: expected a whole number of MiB") from None
-    if mb <= 0:
-        raise MxTrtError(f"MXNET_TENSORRT_WORKSPACE_MB={raw!r}: must be > 0 (unset it for no limit)")
-    return mb << 20
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+        raise MxTrtError(f"workspace_mb={raw!r}: expected a whole number of MiB > 0 (MXNET_TENSORRT_WORKSPACE_MB; "
+                         "unset it for no limit)")
+    return raw << 20
 
 
 _monitor_classes: Dict[str, Any] = {}
@@ -139,7 +137,7 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
     extra = options.extra
     try:
         specialization = flavour.build_specialization(extra)
-        ws = workspace_limit()
+        ws = workspace_limit(extra)
     except MxTrtError as exc:
         raise EngineBuildError(f"{name}: {exc}") from exc
     if options.device_id >= 0 and cuda.unavailable_reason() is None:

@@ -25,6 +25,7 @@ import threading
 from typing import List, Optional, Tuple
 
 from mx_trt.errors import BackendUnavailableError, EngineRunError
+from mx_trt.settings import cudart_path
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,9 @@ def _wheel_copies() -> List[str]:
 def candidates() -> List[str]:
     """Where :func:`library` looks for libcudart, in order."""
     out: List[str] = []
-    env = os.environ.get("MXNET_TENSORRT_CUDART", "").strip()
-    if env:
-        out.append(env)
+    given = cudart_path()
+    if given:
+        out.append(given)
     out.extend(_loaded_in_process())
     out.extend(_wheel_copies())
     found = ctypes.util.find_library("cudart")

@@ -71,7 +71,7 @@ class TrtEngine(Engine):
         self.device_id = int(options.device_id if options.device_id >= 0 else meta.get("device_id", -1))
         extra = options.extra
         # The strategy is a run-time choice: the options given at load time win over the build's.
-        explicit = "rtx_specialization" in extra or os.environ.get("MXNET_TENSORRT_RTX_SPECIALIZATION", "").strip()
+        explicit = bool(extra.get("rtx_specialization"))
         self.specialization = rtx_specialization(extra) if explicit else str(meta.get("rtx_specialization") or "lazy")
         self.runtime_cache_path: Optional[str] = extra.get("runtime_cache_path")
         self.dynamic = any(any(d < 0 for d in dims) for dims in self.input_dims.values())

@@ -18,10 +18,10 @@ backend classes (:mod:`.backend`).
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Protocol
 
 from mx_trt.errors import MxTrtError
+from mx_trt.settings import RTX_SPECIALIZATIONS
 from mx_trt.builder.backends.tensorrt import cuda
 from mx_trt.builder.backends.tensorrt.caches import RuntimeCache
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SPECIALIZATIONS = ("lazy", "eager", "none")
+SPECIALIZATIONS = RTX_SPECIALIZATIONS
 
 
 class TrtBackendInfo(Protocol):
@@ -48,22 +48,20 @@ class TrtBackendInfo(Protocol):
         """``None`` if engines can be built and run here, else what is missing."""
 
 
-def rtx_specialization(extra: Mapping[str, Any], env: Optional[Mapping[str, str]] = None) -> str:
+def rtx_specialization(extra: Mapping[str, Any]) -> str:
     """The RTX dynamic-shapes kernel specialization strategy: ``lazy`` (default), ``eager`` or ``none``.
 
-    ``extra["rtx_specialization"]`` wins over ``MXNET_TENSORRT_RTX_SPECIALIZATION``.
+    ``extra["rtx_specialization"]``: the bind's ``MXNET_TENSORRT_RTX_SPECIALIZATION``
+    (:meth:`~mx_trt.settings.Settings.engine_options`), or a caller's own choice.
 
     Raises:
         MxTrtError: an unknown value.
     """
     raw = extra.get("rtx_specialization")
-    where = "BuildOptions.extra['rtx_specialization']"
-    if raw is None:
-        raw = (os.environ if env is None else env).get("MXNET_TENSORRT_RTX_SPECIALIZATION", "")
-        where = "MXNET_TENSORRT_RTX_SPECIALIZATION"
-    value = str(raw).strip().lower() or "lazy"
+    value = str(raw or "").strip().lower() or "lazy"
     if value not in SPECIALIZATIONS:
-        raise MxTrtError(f"{where}={raw!r}: expected one of {', '.join(SPECIALIZATIONS)}")
+        raise MxTrtError(f"rtx_specialization={raw!r}: expected one of {', '.join(SPECIALIZATIONS)} "
+                         "(MXNET_TENSORRT_RTX_SPECIALIZATION)")
     return value
 
 

@@ -44,7 +44,6 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from mx_trt.builder import engines
 from mx_trt._version import __version__
 from mx_trt.builder.backends import BACKENDS, BuildOptions, select_backend
 from mx_trt.pipeline.bind import bind
@@ -160,16 +159,13 @@ def export_model(
     problem = cache.probe()  # creates the folders; the bind would only warn and build in memory
     if problem is not None:
         raise ExportError(f"cannot write the export to {outdir}: {problem}")
-    # Engines kept in memory by earlier binds carry no stored artifacts: forget
-    # them so that every subgraph is built into (and stored in) the private cache.
-    engines.clear_pool()
-    try:
-        # The export's own cache travels with the request: binds in other threads keep theirs.
-        private = dataclasses.replace(settings, cache_dir=cache_dir, cache_max_mb=0, cache_errors=())
-        exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=private, backend=backend,
-                                     ctx=ctx, native_bind=original_simple_bind()))
-    finally:
-        engines.clear_pool()
+    # The export's own cache travels with the request: binds in other threads keep theirs.
+    # Engines kept in memory by earlier binds carry no stored artifacts: the export's bind
+    # does not take them (reuse_engines=False), so every subgraph is built into, and
+    # stored in, the private cache, whatever other threads bind meanwhile.
+    private = dataclasses.replace(settings, cache_dir=cache_dir, cache_max_mb=0, cache_errors=())
+    exe, info = bind(BindRequest(symbol=sym, shapes=shapes, params=dict(params), settings=private, backend=backend,
+                                 ctx=ctx, native_bind=original_simple_bind(), reuse_engines=False))
     for scratch in ("locks", "tmp", "files"):  # the cache's working folders: not part of an export
         remove_tree(os.path.join(cache_dir, scratch))
     by_subgraph: Dict[str, Any] = {}

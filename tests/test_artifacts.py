@@ -74,6 +74,30 @@ def test_export_and_concurrent_binds_keep_their_own_caches(tmp_path):
     assert len(list(own.entries())) >= 1
 
 
+def test_an_export_builds_its_own_engines_and_leaves_the_pool_to_other_binds(tmp_path, monkeypatch):
+    """An engine another bind keeps in memory has no stored artifacts: the export builds its own
+    and stores it, and does not empty the process's pool (which other threads' binds rely on)."""
+    from mx_trt.builder import engines
+
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    shape = (1, 3, 8, 8)
+    sym = _cnn(4)
+    params = _params(sym, shape, 0)
+    exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer=dict(params))
+    held = mx_trt.bind_info(exe)
+    assert held is not None and len(held.engines) == 1
+    pooled = engines.pool_size()
+    assert pooled[0] >= 1
+    manifest = mx_trt.export_model(sym, mx.cpu(), params, {"data": shape}, str(tmp_path / "export"))
+    assert len(manifest["engines"]) == 1
+    stored = list(EngineCache(str(tmp_path / "export" / "engines"), max_bytes=0).entries())
+    assert len(stored) == 1
+    assert engines.pool_size()[0] >= pooled[0]  # the bind's engine is still there for the next bind
+    again = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer=dict(params))
+    assert mx_trt.bind_info(again).reuses == 1  # taken from the pool, not built again
+    del exe, again
+
+
 # -- export, then load: the same outputs as MXNet, and every way a folder can be refused ---------------------------
 #
 # Tolerance: fp32 OP_TOL (tests.harness.mxcheck), a three-layer network.

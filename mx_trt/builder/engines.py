@@ -228,13 +228,15 @@ class EngineProvider:
 
     ``options`` are the bind's engine options
     (:meth:`~mx_trt.settings.Settings.engine_options`: threads, workspace, ...),
-    given to every build and load as ``BuildOptions.extra`` keys.
+    given to every build and load as ``BuildOptions.extra`` keys. With
+    ``reuse=False`` the engines of earlier binds (the pool) are not looked at.
     """
 
     def __init__(self, backend: Backend, device_id: int, cache: Any = None,
                  progress: Optional[Callable[[str, int, int], None]] = None,
-                 options: Optional[Mapping[str, Any]] = None) -> None:
+                 options: Optional[Mapping[str, Any]] = None, reuse: bool = True) -> None:
         self.backend = backend
+        self.reuse = reuse
         self.device_id = device_id
         self.options = dict(options or {})
         self.cache = cache
@@ -309,7 +311,7 @@ class EngineProvider:
         pool_key, key = self._keys(job)
         with _pool_lock:
             _prune_dead()
-            for ref in list(_pool.get(pool_key, ())):
+            for ref in list(_pool.get(pool_key, ()) if self.reuse else ()):
                 eng = ref()
                 if eng is not None and batch is not None and eng.covers(batch) and (job.batch_ranges or not eng.batch_ranges):
                     self.reuses += 1

@@ -98,7 +98,8 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
     ranges, digests_all = weights.ranges, weights.digests
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
-    provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options())
+    provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options(),
+                              reuse=request.reuse_engines)
     exporter = SubgraphExporter(request.symbol, request.shapes, request.params, graph, weights.arrays, settings.fp16,
                                 ranges, int8.export if int8 is not None else None)
     rule = _MeasuredRule(request, plan, provider, exporter, int8, weights.arrays, ranges, cache,
@@ -168,7 +169,8 @@ class _MeasuredRule:
             others = []
         for b in others:
             if b.name not in self.providers:
-                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress, settings.engine_options())
+                self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress, settings.engine_options(),
+                                                        reuse=request.reuse_engines)
         self.exporter = exporter
         self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
             request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)

@@ -34,6 +34,9 @@ class BindRequest:
         native_bind: MXNet's own ``simple_bind``, which binds the optimized
             symbol; handed in by the front-end so the pipeline never imports the hook.
         shared_arg_names / shared_exec: Passed on to ``native_bind`` untouched.
+        reuse_engines: Take engines built earlier in this process (the engine pool) when they
+            fit. ``False`` for a bind that must find or build each engine in its own plan cache
+            (an export), whatever other threads bind meanwhile.
     """
 
     symbol: Any
@@ -46,6 +49,7 @@ class BindRequest:
     native_bind: Optional[NativeBind] = None
     shared_arg_names: Any = None
     shared_exec: Any = None
+    reuse_engines: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shapes", {k: tuple(int(d) for d in v) for k, v in self.shapes.items()})

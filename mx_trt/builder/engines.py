@@ -301,8 +301,12 @@ class EngineProvider:
         """The plan-cache key of ``job``'s engine with this provider's backend and device."""
         return self._keys(job)[1]
 
-    def get(self, job: SubgraphJob) -> Tuple[Engine, str]:
+    def get(self, job: SubgraphJob, store: bool = True) -> Tuple[Engine, str]:
         """An engine for ``job`` and where it came from (``memory``, ``disk``, ``built``).
+
+        ``store=False``: an engine that must be built is built in memory and not
+        stored (a candidate the measured rule may drop); :meth:`store` stores it
+        once chosen.
 
         Raises:
             EngineBuildError, ConversionError, MissingWeightError: the build failed.
@@ -318,6 +322,50 @@ class EngineProvider:
                     logger.info("%s: reusing an engine built earlier in this process (profiles %s)", job.name,
                                 eng.batch_ranges or "static")
                     return eng, "memory"
+        opts = self._options(job)
+        cache = self._usable_cache()
+        if cache is None:
+            eng = self._build(job, opts)
+            source = "built"
+        elif not store:
+            eng, source = self._from_cache_or_memory(cache, job, key, opts)
+        else:
+            with cache.lock(key):
+                eng, source = self._from_cache_or_build(cache, job, key, opts)
+        self._pool_add(pool_key, eng)
+        return eng, source
+
+    def store(self, job: SubgraphJob, eng: Engine) -> Engine:
+        """Store ``eng``, built by ``get(job, store=False)``; returns the engine to run.
+
+        The engine saves itself into the plan cache where its backend can do that
+        from memory (OpenVINO, TensorRT). A backend that stores only what it wrote
+        while building (ONNX Runtime's optimized model) builds its stored form
+        once more, and that engine is returned. Nothing is stored without a
+        writable cache, or when another process stored the engine meanwhile.
+        """
+        cache = self._usable_cache()
+        if cache is None or cache.read_only:
+            return eng
+        pool_key, key = self._keys(job)
+        opts = self._options(job)
+        with cache.lock(key):
+            if cache.get(key) is not None:
+                return eng
+            try:
+                with cache.work_dir() as work_path:
+                    if self._store(cache, eng, job, key, os.path.join(work_path, "engine")) != "unsupported":
+                        return eng
+            except OSError as exc:
+                logger.warning("%s: cannot stage the engine in the plan cache %s (%s); not stored", job.name,
+                               cache.directory, exc)
+                return eng
+            logger.info("%s: building the engine again to store it", job.name)
+            stored, _ = self._from_cache_or_build(cache, job, key, opts)
+        self._pool_add(pool_key, stored)
+        return stored
+
+    def _options(self, job: SubgraphJob) -> BuildOptions:
         opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
                             extra={**self.options, "batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
@@ -328,28 +376,38 @@ class EngineProvider:
             opts.extra["weights"] = job.initializers
         if job.weight_views is not None:
             opts.extra["weight_views"] = job.weight_views
-        cache = self._usable_cache()
-        if cache is None:
-            eng = self._build(job, opts)
-            source = "built"
-        else:
-            with cache.lock(key):
-                eng, source = self._from_cache_or_build(cache, job, key, opts)
+        return opts
+
+    @staticmethod
+    def _pool_add(pool_key: str, eng: Engine) -> None:
         ref = weakref.ref(eng, _forget(pool_key))
         with _pool_lock:
             _prune_dead()
             _pool.setdefault(pool_key, []).append(ref)
-        return eng, source
+
+    def _side_caches(self, cache: Any, job: SubgraphJob, opts: BuildOptions) -> None:
+        """TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans."""
+        tag = f"{self.backend.version()}-{self._device_tag()}"
+        try:
+            opts.extra["timing_cache_path"] = cache.path(f"timing/{tag}.cache")
+            opts.extra["runtime_cache_path"] = cache.path(f"runtime/{tag}.cache")
+        except CacheError as exc:
+            logger.debug("%s: no timing or runtime cache: %s", job.name, exc)
+
+    def _from_cache_or_memory(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
+        """A stored engine, else one built in memory and not stored."""
+        if not cache.read_only:
+            self._side_caches(cache, job, opts)
+        entry = cache.get(key)
+        if entry is not None:
+            eng = self._load_stored(cache, entry, job, opts)
+            if eng is not None:
+                return eng, "disk"
+        return self._build(job, opts), "built"
 
     def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
         if not cache.read_only:
-            # TensorRT's timing cache and TensorRT-RTX's runtime cache live beside the plans.
-            tag = f"{self.backend.version()}-{self._device_tag()}"
-            try:
-                opts.extra["timing_cache_path"] = cache.path(f"timing/{tag}.cache")
-                opts.extra["runtime_cache_path"] = cache.path(f"runtime/{tag}.cache")
-            except CacheError as exc:
-                logger.debug("%s: no timing or runtime cache: %s", job.name, exc)
+            self._side_caches(cache, job, opts)
         entry = cache.get(key)
         if entry is not None:
             eng = self._load_stored(cache, entry, job, opts)
@@ -392,20 +450,26 @@ class EngineProvider:
         cache.discard(entry.key)
         return None
 
-    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> None:
-        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log."""
+    def _store(self, cache: Any, eng: Engine, job: SubgraphJob, key: str, folder: str) -> str:
+        """Save ``eng`` into ``folder`` and move its files into the cache; failures only log.
+
+        Returns ``stored``, ``unsupported`` (the engine cannot save itself) or ``failed``.
+        """
         try:
             os.mkdir(folder)
             meta = eng.save(folder)
             files = {f: os.path.join(folder, f) for f in os.listdir(folder)}
             cache.put(key, {"engine": meta, "subgraph": job.name}, files, move=True)
             self.stored += 1
+            return "stored"
         except NotImplementedError as exc:
             logger.debug("%s: engine not cached: %s", job.name, exc)
+            return "unsupported"
         except CacheError:
-            pass  # put() has logged why; the engine is used without being stored
+            return "failed"  # put() has logged why; the engine is used without being stored
         except OSError as exc:
             logger.warning("%s: could not store the engine in the plan cache: %s", job.name, exc)
+            return "failed"
 
     def _device_tag(self) -> str:
         return hashlib.sha256(self.backend.device_signature(self.device_id).encode()).hexdigest()[:12]

@@ -17,8 +17,10 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
    :data:`SUBGRAPH_SECONDS`; the median over rounds of each engine's time over
    MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
-3. The decision and every timing are stored as a small plan-cache entry; the
-   entries of engines not chosen are removed.
+3. The decision and every timing are stored as a small plan-cache entry. The
+   candidates were built in memory: only the engine chosen is stored
+   (:meth:`~mx_trt.builder.engines.EngineProvider.store`), and entries of
+   candidates found on disk but not chosen are removed.
 
 The timing is bounded: a bind spends at most :data:`BIND_SECONDS` running
 subgraphs for it. Subgraphs left when that is spent, and those whose native
@@ -331,7 +333,8 @@ class Measurer:
         errors: List[str] = []
         for cand, job in jobs.items():
             try:
-                eng, source = self.providers[cand[0]].get(job)
+                # Built in memory: only the engine chosen is stored (below), not every candidate.
+                eng, source = self.providers[cand[0]].get(job, store=False)
             except MxTrtError as exc:
                 errors.append(f"{cand[0]} {cand[1]}: {exc}")
                 logger.info("%s: the %s %s engine failed to build: %s", sg.name, cand[0], cand[1], exc)
@@ -347,6 +350,9 @@ class Measurer:
         decision.seconds = time.perf_counter() - t0
         self.spent_s += decision.seconds
         chosen = next(((e, s, c) for c, e, s in built if c == decision.engine), None)
+        if chosen is not None and chosen[1] == "built":
+            eng, source, cand = chosen
+            chosen = (self.providers[cand[0]].store(jobs[cand], eng), source, cand)
         self._drop_unchosen(built, jobs, decision.engine)
         return decision, chosen
 
@@ -385,7 +391,8 @@ class Measurer:
 
     def _drop_unchosen(self, built: Sequence[Tuple[Candidate, Engine, str]], jobs: Mapping[Candidate, SubgraphJob],
                        chosen: Optional[Candidate]) -> None:
-        """Remove the stored engines that were not chosen: a later bind never loads them."""
+        """Remove the stored engines that were not chosen (found on disk: those built here were never
+        stored): a later bind never loads them."""
         if self.cache is None or self.cache.read_only:
             return
         for cand, _, _ in built:

@@ -7,6 +7,7 @@ whatever the rule decides: a subgraph kept native is MXNet's own result.
 from __future__ import annotations
 
 import logging
+import os
 
 import mxnet as mx
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 
 import mx_trt
 from mx_trt.builder import backends
+from mx_trt.cache import EngineCache
 from mx_trt.pipeline import measure
 from tests.harness.bindcheck import ATOL, RTOL, bind, conv_relu
 from tests.harness.mxcheck import random_inputs, random_params
@@ -334,6 +336,48 @@ def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
     (decision,) = info.decisions.values()
     assert decision.engine == ("other_cpu", "fp32")
     assert decision.engine_ms == {"onnxruntime fp32": 2.0, "other_cpu fp32": 1.0}
-    assert info.builds == 2
+    # Both candidates built in memory; the winner, an ONNX Runtime engine that stores only what it
+    # wrote while building, once more to store it. The loser was never stored.
+    assert info.builds == 3
+    cache = EngineCache(os.environ["MXNET_TENSORRT_CACHE_DIR"], max_bytes=0)
+    engines_stored = [e for e in cache.entries() if "engine" in e.meta]
+    assert len(engines_stored) == 1 and engines_stored[0].meta["engine"]["format"] == "onnx-fed"
     # executor.reshape rebuilds with the backend that won
     assert info.engines[0].rebuild.provider.backend.name == "other_cpu"
+
+
+def test_only_the_chosen_candidate_is_stored_from_memory(monkeypatch, measured):
+    """A backend whose engine saves itself from memory is stored without a second build."""
+    from mx_trt.builder import backends
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+
+    saved = []
+
+    class SavesFromMemory(OnnxRuntimeBackend):
+        name = "saves_cpu"
+
+        def version(self) -> str:
+            return "saves-" + super().version()
+
+        def build(self, exported, options):
+            eng = super().build(exported, options)
+            kept_in_memory = not options.extra.get("keep_artifacts")
+
+            def save(directory):
+                saved.append(kept_in_memory)
+                with open(os.path.join(directory, "blob"), "wb") as f:
+                    f.write(b"engine")
+                return {"format": "test-blob", "file": "blob"}
+
+            eng.save = save
+            return eng
+
+    monkeypatch.setitem(backends.BACKENDS, "saves_cpu", SavesFromMemory)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "saves_cpu"])
+    info = _run(monkeypatch, StubTimer(3.0, [2.0, 1.0]))
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("saves_cpu", "fp32")
+    assert info.builds == 2 and saved == [True]  # saved once, from the engine built in memory
+    cache = EngineCache(os.environ["MXNET_TENSORRT_CACHE_DIR"], max_bytes=0)
+    formats = [e.meta["engine"]["format"] for e in cache.entries() if "engine" in e.meta]
+    assert formats == ["test-blob"]  # the ONNX Runtime candidate, not chosen, was never stored

@@ -28,6 +28,7 @@ import functools
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
+import pytest
 
 from tests.models.normalized import smooth_images
 
@@ -216,9 +217,5 @@ def with_seed(seed: int = SEED) -> Callable[[Callable[..., Any]], Callable[..., 
 
 def assertRaises(expected_exception: type, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """MXNet's ``tests/python/unittest/common.assertRaises``."""
-    try:
+    with pytest.raises(expected_exception):
         func(*args, **kwargs)
-    except expected_exception:
-        pass
-    else:
-        assert False, "%s did not raise %s" % (func.__name__, expected_exception.__name__)

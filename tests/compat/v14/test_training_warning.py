@@ -20,7 +20,7 @@
 # no network:
 # - the context: mx.gpu(0) -> mx.cpu();
 # - pretrained=True -> seeded weights (tests.compat.standin.seeded_net);
-# - assertRaises comes from tests.compat.standin (a copy of MXNet's tests/python/unittest/common.py's);
+# - assertRaises comes from tests.compat.standin (the same contract as MXNet's tests/python/unittest/common.py's, on pytest.raises);
 # - run_resnet returns the executor it binds, and the inference bind with TensorRT must have built
 #   engines (tests.compat.engines; the original runs no forward, nor does this port).
 

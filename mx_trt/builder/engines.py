@@ -328,7 +328,7 @@ class EngineProvider:
             eng = self._build(job, opts)
             source = "built"
         elif not store:
-            eng, source = self._from_cache_or_memory(cache, job, key, opts)
+            eng, source = self._from_cache_or_build(cache, job, key, opts, store=False)
         else:
             with cache.lock(key):
                 eng, source = self._from_cache_or_build(cache, job, key, opts)
@@ -394,8 +394,9 @@ class EngineProvider:
         except CacheError as exc:
             logger.debug("%s: no timing or runtime cache: %s", job.name, exc)
 
-    def _from_cache_or_memory(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
-        """A stored engine, else one built in memory and not stored."""
+    def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions,
+                             store: bool = True) -> Tuple[Engine, str]:
+        """A stored engine, else one built (and stored, unless ``store`` is off or the cache read-only)."""
         if not cache.read_only:
             self._side_caches(cache, job, opts)
         entry = cache.get(key)
@@ -403,17 +404,7 @@ class EngineProvider:
             eng = self._load_stored(cache, entry, job, opts)
             if eng is not None:
                 return eng, "disk"
-        return self._build(job, opts), "built"
-
-    def _from_cache_or_build(self, cache: Any, job: SubgraphJob, key: str, opts: BuildOptions) -> Tuple[Engine, str]:
-        if not cache.read_only:
-            self._side_caches(cache, job, opts)
-        entry = cache.get(key)
-        if entry is not None:
-            eng = self._load_stored(cache, entry, job, opts)
-            if eng is not None:
-                return eng, "disk"
-        if cache.read_only:
+        if cache.read_only or not store:
             return self._build(job, opts), "built"
         try:
             work = cache.work_dir()

@@ -29,13 +29,13 @@ import select
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
+from mx_trt.tools.cli.timing import forward_fn, measure
 from mx_trt.settings import child_environment
 
 #: The worker ends after this long without a request.
@@ -186,11 +186,7 @@ def _serve(spec_path: str) -> int:
         for k in data.files:
             exe.arg_dict[k][:] = data[k]
 
-    def forward() -> None:
-        exe.forward(is_train=False)
-        for o in exe.outputs:
-            o.wait_to_read()
-
+    forward = forward_fn(exe)
     forward()
     print("ready " + json.dumps(about), flush=True)
     while True:
@@ -199,14 +195,7 @@ def _serve(spec_path: str) -> int:
         if not line or line.strip() == "quit":
             return 0
         runs, warmup = (int(x) for x in line.split())
-        for _ in range(warmup):
-            forward()
-        out = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            forward()
-            out.append((time.perf_counter() - t) * 1e3)
-        print(json.dumps(out), flush=True)
+        print(json.dumps(measure(forward, runs, warmup)), flush=True)
 
 
 if __name__ == "__main__":

@@ -253,7 +253,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "threads": next(iter(workers.values())).threads if workers else 0,
         "measured_engines": len(infos["measured"].engines),
         "measured_engines_equal_threads": acc_w.engines if acc_w is not None else None,
-        "kept": {"default": _kept(infos["measured"]), "equal threads": acc_w.backends if acc_w is not None else None},
+        "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
     }
     logger.info("%s batch %d: %d/%d ops in %d engines; %s", name, batch, inside, total, row["engines"]["cost"],
@@ -270,11 +270,6 @@ def _four_ratios(med: Mapping[str, float]) -> Dict[str, Optional[float]]:
     eq, acc_eq = med.get(EQUAL), med.get(EQUAL_MEASURED)
     return {"default threads": med["native"] / med["measured"],
             "equal threads": eq / acc_eq if eq and acc_eq else None}
-
-
-def _kept(info: Any) -> List[str]:
-    chosen = [f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None]
-    return sorted(chosen) if chosen else [info.backend] * len(info.engines)
 
 
 def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:

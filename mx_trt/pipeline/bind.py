@@ -89,6 +89,11 @@ class BindInfo:
     reuses: int = 0
     decisions: Dict[str, Decision] = field(default_factory=dict)
 
+    def kept_engines(self) -> List[str]:
+        """``"backend precision"`` of each engine kept, sorted: the measured rule's choices, else the bind's backend."""
+        chosen = [f"{d.engine[0]} {d.engine[1]}" for d in self.decisions.values() if d.engine is not None]
+        return sorted(chosen) if chosen else [self.backend] * len(self.engines)
+
     def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Drop weights baked into engines from ``copy_params_from``'s dicts after checking them.
 
@@ -328,9 +333,8 @@ def optimize(request: BindRequest) -> BindInfo:
         measured = (f"; measured rule: {native} of {len(engines.decisions)} subgraph(s) kept native, "
                     f"{engines.timed} timed in {engines.measure_s:.2f} s")
     inside_ops, total_ops = sum(len(sg.nodes) for sg, _ in engines.built), len(info.plan.graph.op_nodes())
-    kept = sorted({f"{d.engine[0]} {d.engine[1]}" for d in engines.decisions.values() if d.engine is not None})
     logger.info("mx_trt: %d engine(s) hold %d of %d operators (%s); optimized in %.2f s%s",
-                len(engines.built), inside_ops, total_ops, ", ".join(kept) if kept else info.backend,
+                len(engines.built), inside_ops, total_ops, ", ".join(sorted(set(info.kept_engines()))) or info.backend,
                 time.perf_counter() - t0, measured)
     return info
 

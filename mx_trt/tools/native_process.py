@@ -176,9 +176,7 @@ def _serve(spec_path: str) -> int:
                               shared_buffer={**args, **aux}, **shapes)
         info = bind_info(exe)
         if info is not None:
-            chosen = {f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None}
-            about = {"engines": len(info.engines),
-                     "backends": sorted(chosen or ({info.backend} if info.engines else set()))}
+            about = {"engines": len(info.engines), "backends": sorted(set(info.kept_engines()))}
     else:
         exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=spec["type_dict"] or None, **shapes)
         exe.copy_params_from(args, aux, allow_extra_params=True)

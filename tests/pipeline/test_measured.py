@@ -336,6 +336,7 @@ def test_the_fastest_of_several_cpu_backends_is_kept(monkeypatch, measured):
     (decision,) = info.decisions.values()
     assert decision.engine == ("other_cpu", "fp32")
     assert decision.engine_ms == {"onnxruntime fp32": 2.0, "other_cpu fp32": 1.0}
+    assert info.kept_engines() == ["other_cpu fp32"]
     # Both candidates built in memory; the winner, an ONNX Runtime engine that stores only what it
     # wrote while building, once more to store it. The loser was never stored.
     assert info.builds == 3

@@ -128,12 +128,6 @@ def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mappin
         return None, str(exc)
 
 
-def kept_engines(info: Any) -> List[str]:
-    """``"backend precision"`` of each engine an accelerated bind kept (its measured decisions, else its backend)."""
-    chosen = [f"{d.engine[0]} {d.engine[1]}" for d in info.decisions.values() if d.engine is not None]
-    return sorted(chosen) if chosen else [info.backend] * len(info.engines)
-
-
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
               runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True,
               equal_threads: bool = True) -> BenchRow:
@@ -206,7 +200,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
     inside, total = info.plan.op_counts()
     nat_w, acc_w = workers.get("native equal threads"), workers.get("accelerated equal threads")
-    kept = {"default": kept_engines(info)}
+    kept = {"default": info.kept_engines()}
     if acc_w is not None:
         kept["equal threads"] = acc_w.backends
     row = BenchRow(batch, bshapes, latency_stats(times["native"], batch), latency_stats(times["accelerated"], batch),

@@ -274,19 +274,12 @@ def _four_ratios(med: Mapping[str, float]) -> Dict[str, Optional[float]]:
 
 def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:
     """Native MXNet and the pass with the engines' thread count in worker processes (those that can run there)."""
-    from mx_trt.builder.cpus import engine_threads
     from mx_trt.settings import Settings
-    from mx_trt.tools.native_process import NativeProcess
+    from mx_trt.tools.native_process import equal_thread_workers
 
-    threads = Settings.from_env().ort_threads or engine_threads()
-    out: Dict[str, Any] = {}
-    for key, accelerated in ((EQUAL, False), (EQUAL_MEASURED, True)):
-        try:
-            out[key] = NativeProcess(model.sym, model.params, model.shapes, model.inputs, model.dtypes, threads=threads,
-                                     accelerated=accelerated, cache_dir=cache)
-        except (RuntimeError, OSError) as exc:
-            logger.warning("%s: %s not measured: %s", model.name, key, exc)
-    return out
+    by_side, _ = equal_thread_workers(model.sym, model.params, model.shapes, model.inputs, model.dtypes,
+                                      threads=Settings.from_env().ort_threads, cache_dir=cache)
+    return {{"native": EQUAL, "accelerated": EQUAL_MEASURED}[side]: w for side, w in by_side.items()}
 
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:

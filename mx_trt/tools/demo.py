@@ -29,7 +29,7 @@ from mx_trt.builder.cpus import engine_threads
 from mx_trt.builder.engines import clear_pool
 from mx_trt.settings import Settings
 from mx_trt.tools.cli.timing import forward_fn, measure
-from mx_trt.tools.native_process import NativeProcess
+from mx_trt.tools.native_process import equal_thread_workers
 
 
 def merge_dicts(*dicts: Dict[str, Any]) -> Dict[str, Any]:
@@ -164,14 +164,9 @@ def _latencies(executors: Dict[str, Any], sym: Any, params: Dict[str, Any], shap
     in alternating rounds."""
     threads = ort_threads or engine_threads()
     times: Dict[str, List[float]] = {k: [] for k in executors}
-    workers: Dict[str, NativeProcess] = {}
-    for key, accelerated in (("native_equal", False), ("mx_trt_equal", True)):
-        try:
-            workers[key] = NativeProcess(sym, params, {"data": shape}, {"data": x}, threads=threads,
-                                         accelerated=accelerated)
-            times[key] = []
-        except (RuntimeError, OSError) as exc:
-            logging.getLogger(__name__).warning("%s at %d threads not measured: %s", key, threads, exc)
+    by_side, _ = equal_thread_workers(sym, params, {"data": shape}, {"data": x}, threads=threads)
+    workers = {{"native": "native_equal", "accelerated": "mx_trt_equal"}[side]: w for side, w in by_side.items()}
+    times.update({k: [] for k in workers})
     try:
         per = max(1, runs // rounds)
         for r in range(rounds):

@@ -24,6 +24,7 @@ of ``RUNS`` latencies in ms; ``quit`` ends it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import subprocess
@@ -37,6 +38,8 @@ from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
 from mx_trt.tools.cli.timing import forward_fn, measure
 from mx_trt.settings import child_environment
+
+logger = logging.getLogger(__name__)
 
 #: The worker ends after this long without a request.
 IDLE_SECONDS = 600.0
@@ -154,6 +157,31 @@ class NativeProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+#: The two sides of an equal-threads comparison: native MXNet, and MXNet with the pass.
+SIDES = (("native", False), ("accelerated", True))
+
+
+def equal_thread_workers(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
+                         inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
+                         threads: int = 0, cache_dir: Optional[str] = None
+                         ) -> Tuple[Dict[str, NativeProcess], Dict[str, str]]:
+    """Both sides (:data:`SIDES`) in worker processes with ``threads`` OpenMP threads (0: the usable CPUs).
+
+    Returns the workers that bound the model by side, and why the others did not
+    (each logged as a warning: a model with custom operators of this process, say).
+    """
+    workers: Dict[str, NativeProcess] = {}
+    failed: Dict[str, str] = {}
+    for side, accelerated in SIDES:
+        try:
+            workers[side] = NativeProcess(symbol, params, shapes, inputs, type_dict, threads=threads or None,
+                                          accelerated=accelerated, cache_dir=cache_dir)
+        except (RuntimeError, OSError) as exc:
+            failed[side] = str(exc)
+            logger.warning("%s MXNet at equal threads not measured: %s", side, exc)
+    return workers, failed
 
 
 def _serve(spec_path: str) -> int:

@@ -25,8 +25,7 @@ from mx_trt.tools.cli.options import (
     with_batch,
 )
 from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
-from mx_trt.builder.cpus import engine_threads
-from mx_trt.tools.native_process import NativeProcess
+from mx_trt.tools.native_process import NativeProcess, equal_thread_workers
 
 logger = logging.getLogger(__name__)
 
@@ -110,24 +109,6 @@ def bench_steps(runs: int, warmup: int) -> int:
     return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
 
 
-def _equal_threads(ckpt: Checkpoint, bshapes: Mapping[str, Shape], feeds: Mapping[str, Any], ctx: Any,
-                   ort_threads: int = 0, accelerated: bool = False) -> Tuple[Optional[NativeProcess], str]:
-    """MXNet with OMP_NUM_THREADS = the usable CPUs, in a worker process, or ``None`` and why not.
-
-    ``accelerated``: the worker binds with the pass on, so its native operators and the
-    measured rule's MXNet timings use those threads too.
-    """
-    if ctx.device_type != "cpu":
-        return None, "CPU contexts only"
-    # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
-    threads = ort_threads or engine_threads()
-    try:
-        return NativeProcess(ckpt.symbol, ckpt.params, bshapes, feeds, threads=threads, accelerated=accelerated), ""
-    except (RuntimeError, OSError) as exc:
-        logger.warning("%s MXNet at equal threads not measured: %s", "accelerated" if accelerated else "native", exc)
-        return None, str(exc)
-
-
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
               runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True,
               equal_threads: bool = True) -> BenchRow:
@@ -168,16 +149,15 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         note = ("not measured" if not whole else "measured on CPU contexts only" if ctx.device_type != "cpu"
                 else f"not one engine: {whole_model_note(info)}")
     workers: Dict[str, NativeProcess] = {}
-    worker_notes: Dict[str, str] = {}
-    if equal_threads:
-        for key, acc in (("native equal threads", False), ("accelerated equal threads", True)):
-            progress.phase(f"batch {batch}: binding {key}")
-            w, why = _equal_threads(ckpt, bshapes, feeds, ctx, settings.ort_threads, accelerated=acc)
-            if w is not None:
-                workers[key] = w
-            else:
-                worker_notes[key] = why
-    worker_note = "; ".join(f"{k}: {v}" for k, v in worker_notes.items()) if equal_threads else "not measured"
+    worker_note = "not measured"
+    if equal_threads and ctx.device_type != "cpu":
+        worker_note = "CPU contexts only"
+    elif equal_threads:
+        progress.phase(f"batch {batch}: binding natively and accelerated at equal threads")
+        # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
+        by_side, failed = equal_thread_workers(ckpt.symbol, ckpt.params, bshapes, feeds, threads=settings.ort_threads)
+        workers = {f"{side} equal threads": w for side, w in by_side.items()}
+        worker_note = "; ".join(f"{side} equal threads: {why}" for side, why in failed.items())
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in [*variants, *workers]}
     try:

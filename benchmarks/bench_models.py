@@ -186,6 +186,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
     from busy import BusyCore
 
     from mx_trt.builder import engines
+    from mx_trt.runtime.twin import native_share
 
     exes: Dict[str, Any] = {}
     infos: Dict[str, Any] = {}
@@ -231,6 +232,8 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                     if helper is not None:
                         helper.stop()
                 by_condition[cond] = {v: statistics.median(ts) for v, ts in times.items()}
+            served = {"default": native_share(exes["measured"]),
+                      "equal threads": workers[EQUAL_MEASURED].native_share() if EQUAL_MEASURED in workers else None}
         finally:
             for worker in workers.values():
                 worker.close()
@@ -255,6 +258,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "measured_engines_equal_threads": acc_w.engines if acc_w is not None else None,
         "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
+        "native_served": served,
     }
     logger.info("%s batch %d: %d/%d ops in %d engines; %s", name, batch, inside, total, row["engines"]["cost"],
                 "; ".join(f"{c}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if v is not None)
@@ -308,9 +312,10 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
 
     for r in rows:
         m = r["median_ms"]
-        kept = r.get("kept") or {}
-        kept_txt = " / ".join("native" if v == [] else "-" if v is None else ", ".join(v)
-                              for v in (kept.get("default"), kept.get("equal threads")))
+        kept, served = r.get("kept") or {}, r.get("native_served") or {}
+        kept_txt = " / ".join(("native" if v == [] else "-" if v is None else ", ".join(v))
+                              + (f" ({served[k]:.0%} native)" if served.get(k) else "")
+                              for k, v in ((k, kept.get(k)) for k in ("default", "equal threads")))
         ratios = r.get("ratios", {})
         out.append(f"| {r['model']} | {r.get('batch', 1)} | {ms(m['native'])} | {ms(m.get(EQUAL))} | "
                    f"{ms(m['measured'])} | {ms(m.get(EQUAL_MEASURED))} | {kept_txt} | "

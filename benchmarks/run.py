@@ -394,6 +394,10 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     return rows
 
 
+def _served(share: Optional[float]) -> str:
+    return f" ({share:.0%} native)" if share else ""
+
+
 def _ratio(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -493,6 +497,7 @@ def render_tables(res: Dict[str, Any]) -> str:
             eq = r.get("native_equal_threads")
             acc_eq = r.get("accelerated_equal_threads")
             kept = r.get("engines_kept") or {}
+            served = r.get("native_served") or {}
             ratios = r["ratios"]
             aw = ratios["accelerated/whole_model"]
             rows.append([
@@ -506,7 +511,7 @@ def render_tables(res: Dict[str, Any]) -> str:
                 f"{ratios['native/accelerated']:.2f}",
                 _ratio(ratios.get("native_equal_threads/accelerated_equal_threads")),
                 f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
-                " / ".join(", ".join(v) or "native" for v in kept.values()) or "-",
+                " / ".join((", ".join(v) or "native") + _served(served.get(k)) for k, v in kept.items()) or "-",
                 f"{r['bind_s']['accelerated']:.1f}",
             ])
         out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated",
@@ -514,7 +519,8 @@ def render_tables(res: Dict[str, Any]) -> str:
                            f"native {threads}t/accel {threads}t", "engines (ops)", "kept (default / equal)", "bind s"],
                           rows, right_from=3))
         out.append("! above the target. engines (ops): engines the measured rule kept at default threads (operators "
-                   "in them); kept: their backend and precision at default and at equal threads; "
+                   "in them); kept: their backend and precision at default and at equal threads (n% native: the "
+                   "share of forwards the run-time check gave native MXNet); "
                    "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")
     return "\n".join(out)

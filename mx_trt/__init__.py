@@ -60,11 +60,12 @@ from mx_trt.frontends.contrib import (
 from mx_trt.frontends.simple_bind import accelerated_simple_bind as _accelerated_simple_bind
 from mx_trt.frontends import common as _common
 from mx_trt.quantize import calibrate
+from mx_trt.runtime.twin import runtime_stats
 from mx_trt.quantize.online import calibrating_bind as _calibrating_bind
 from mx_trt.quantize.online import calibration_table
 
 __all__ = [
-    "__version__", "uninstall", "bind_info", "export_model", "export_onnx", "load", "get_optimized_symbol",
+    "__version__", "uninstall", "bind_info", "runtime_stats", "export_model", "export_onnx", "load", "get_optimized_symbol",
     "get_use_fp16", "get_use_tensorrt",
     "init_tensorrt_params", "set_use_fp16", "set_use_tensorrt", "tensorrt_bind", "set_optimization_profiles",
     "get_optimization_profiles", "refresh", "release", "register_converter", "unregister_converter",

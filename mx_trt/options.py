@@ -70,6 +70,20 @@ def _opt_bool(field_name: str) -> Callable[[Any], Tuple[str, bool]]:
     return parse
 
 
+def _opt_auto_bool(field_name: str) -> Callable[[Any], Tuple[str, Optional[bool]]]:
+    """``"auto"`` or ``None`` -> ``None``; else :func:`_opt_bool`'s values."""
+    as_bool = _opt_bool(field_name)
+
+    def parse(v: Any) -> Tuple[str, Optional[bool]]:
+        if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
+            return field_name, None
+        try:
+            return as_bool(v)
+        except ValueError:
+            raise ValueError("expected True, False or 'auto'") from None
+    return parse
+
+
 def _opt_int(field_name: str, minimum: int) -> Callable[[Any], Tuple[str, Optional[int]]]:
     def parse(v: Any) -> Tuple[str, Optional[int]]:
         if isinstance(v, bool) or not isinstance(v, (int, str)) or not str(v).strip().lstrip("-").isdigit():
@@ -155,4 +169,5 @@ OPTIONS: Dict[str, Callable[[Any], Tuple[str, Any]]] = {
     "int8_exclude_nodes": _opt_names("int8_exclude_nodes"),
     "int8_keep_output_layer": _opt_bool("int8_keep_output_layer"),
     "calibration_iters": _opt_int("calibration_iters", 0),
+    "runtime_check": _opt_auto_bool("runtime_check"),
 }

@@ -362,6 +362,17 @@ def _env_bool(name: str, default: bool) -> bool:
     raise MxTrtError(f"{name}={raw!r}: expected 1 or 0")
 
 
+def _env_auto_bool(name: str) -> Optional[bool]:
+    """``None`` for ``auto`` or unset, else the variable as a boolean (:func:`_env_bool`'s values)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip().lower() in ("", "auto"):
+        return None
+    try:
+        return _env_bool(name, False)
+    except MxTrtError:
+        raise MxTrtError(f"{name}={raw!r}: expected auto, 1 or 0") from None
+
+
 def env_int(name: str, default: int, minimum: int = 0, maximum: Optional[int] = None) -> int:
     """An integer environment variable; unset or empty gives ``default``.
 
@@ -444,6 +455,11 @@ class Settings:
         calibration_iters: With ``int8`` and no table, MXNet 1.9.1's way: the executor's
             first N forwards run natively and calibrate, then the int8 engines are built
             (``MXNET_TENSORRT_CALIBRATION_ITERS``, the ``calibration_iters`` option).
+        runtime_check: Whether an accelerated executor keeps comparing its engines with
+            native MXNet on its own forwards and lets the faster serve
+            (``MXNET_TENSORRT_RUNTIME_CHECK``: ``auto``, ``1``, ``0``; the ``runtime_check``
+            option; :mod:`mx_trt.runtime.arbiter`). ``None`` (auto): on for CPU binds
+            under the measured engine rule that kept an engine.
     """
 
     exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
@@ -468,6 +484,7 @@ class Settings:
     ort_threads: int = 0
     omp_threads: Optional[str] = None
     data_names: FrozenSet[str] = field(default_factory=frozenset)
+    runtime_check: Optional[bool] = None
 
     @property
     def precision(self) -> str:
@@ -520,6 +537,7 @@ class Settings:
             cache_errors=cache_errors,
             omp_threads=os.environ.get("OMP_NUM_THREADS"),
             data_names=_env_names(DATA_NAMES_ENV),
+            runtime_check=_env_auto_bool("MXNET_TENSORRT_RUNTIME_CHECK"),
             **engine,
         )
 

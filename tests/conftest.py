@@ -11,7 +11,7 @@ def _isolated_engines(monkeypatch, tmp_path):
     for var in ("MXNET_USE_TENSORRT", "MXNet_USE_TENSORRT", "MXNET_TENSORRT_MAX_BATCH_SIZE", "MXNET_TENSORRT_PROFILES",
                 "MXNET_TENSORRT_USE_FP16", "MXNET_TENSORRT_EXCLUDE_OPS", "MXNET_TENSORRT_BACKEND",
                 "MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "MXNET_TENSORRT_ENGINE_RULE", "MXNET_TENSORRT_STRICT",
-                "MXNET_SUBGRAPH_BACKEND", "MXNET_TENSORRT_CALIBRATION_ITERS"):
+                "MXNET_SUBGRAPH_BACKEND", "MXNET_TENSORRT_CALIBRATION_ITERS", "MXNET_TENSORRT_RUNTIME_CHECK"):
         monkeypatch.delenv(var, raising=False)
     # The tests of the pass's mechanics bind graphs of a few tiny operators, which the
     # default cost rule (mx_trt.passes.cost) rightly leaves native: they run with every

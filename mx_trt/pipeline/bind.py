@@ -45,7 +45,9 @@ from mx_trt.pipeline.measure import Decision
 from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
+from mx_trt.runtime.arbiter import saving_from_decisions
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward
+from mx_trt.runtime.twin import RuntimeCheck
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -372,8 +374,55 @@ def bind_optimized(request: BindRequest, info: BindInfo) -> Any:
     # copy the others, and aux states, which simple_bind never takes from shared_buffer.
     load_weights(exe, params, strict_aux=True)
     exe._mx_trt = info
-    guard_forward(exe, info.engines)
+    guard_forward(exe, info.engines, runtime_check(request, info))
     return exe
+
+
+def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck]:
+    """The run-time comparison of the executor's engines with native MXNet (:mod:`mx_trt.runtime.arbiter`), or ``None``.
+
+    ``settings.runtime_check``: ``True`` on, ``False`` off, ``None`` (auto) on for
+    CPU binds under the measured engine rule. Never without an engine or without
+    MXNet's own bind to make the native twin.
+    """
+    on = request.settings.runtime_check
+    if on is None:
+        on = request.ctx is not None and request.ctx.device_type == "cpu" and request.settings.engine_rule == "measured"
+    if not on or not info.engines or request.native_bind is None:
+        return None
+    outputs = request.symbol.list_outputs()
+    name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")
+    return RuntimeCheck(lambda exe: native_twin(request, exe), saving_from_decisions(info.decisions), name)
+
+
+def native_twin(request: BindRequest, exe: Any) -> Any:
+    """MXNet's own executor of ``request.symbol`` (the symbol the user bound) at ``exe``'s input shapes.
+
+    It reads ``exe``'s arguments (inputs, weights left native) and the request's
+    weights in place where MXNet can share them (``shared_buffer``); the rest,
+    and the aux states, are copied (:func:`~mx_trt.pipeline.weights.load_weights`).
+
+    Raises:
+        MXNetError, ShapeError: MXNet cannot bind the symbol so.
+    """
+    import mxnet as mx
+
+    if request.ctx is None or request.native_bind is None:
+        raise MxTrtError("a native twin needs the request's ctx and native_bind")
+    args, params = exe.arg_dict, request.params
+    buf: Dict[str, Any] = {}
+    for name in request.symbol.list_arguments():
+        arr = args.get(name)
+        if arr is None:
+            arr = params.get(name)
+        if isinstance(arr, mx.nd.NDArray):
+            buf[name] = arr
+    shapes = {k: tuple(v.shape) for k, v in buf.items()}
+    types = {k: v.dtype for k, v in buf.items()}
+    twin = request.native_bind(request.symbol, request.ctx, grad_req="null", type_dict=types, shared_buffer=buf,
+                               **shapes)
+    load_weights(twin, params, strict_aux=True)
+    return twin
 
 
 def _custom_nodes(fres: FuseResult, built: Sequence[Tuple[Subgraph, FusedEngine]], old: Graph) -> Tuple[Graph, Dict[int, Dict[str, str]]]:

@@ -466,7 +466,7 @@ def take_error(engines: Sequence[FusedEngine]) -> Optional[MxTrtError]:
     return found
 
 
-def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
+def guard_forward(exe: Any, engines: Sequence[FusedEngine], check: Any = None) -> None:
     """Make ``exe.forward`` raise the typed error of a fused node that failed, instead of MXNet's check failure.
 
     MXNet runs a custom operator asynchronously and reports its failure later, at
@@ -477,6 +477,12 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     and raises the typed error of a fused node that cannot take the new shapes
     (no engine can be made for them) instead of MXNet's failed shape inference.
     The executor keeps working: the next forward runs again.
+
+    With ``check`` (a :class:`~mx_trt.runtime.twin.RuntimeCheck`), each inference
+    forward (``is_train=False``) is served by the engines or by the executor's
+    native twin, as the check decides from the forwards' own timings
+    (``exe._mx_trt_check``); a reshaped executor gets the check's
+    :meth:`~mx_trt.runtime.twin.RuntimeCheck.reshaped`.
     """
     import mxnet as mx
 
@@ -484,20 +490,25 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     # engines, alive until a garbage collection.
     cls, ref, engines = type(exe), weakref.ref(exe), list(engines)
 
+    def engines_forward(me: Any, is_train: bool, kwargs: Dict[str, Any]) -> Any:
+        outs = cls.forward(me, is_train=is_train, **kwargs)
+        for o in outs:
+            o.wait_to_read()
+        return outs
+
     def forward(is_train: bool = False, **kwargs: Any) -> Any:
         me = ref()
         if me is None:
             raise MxTrtError("the executor is gone")
         try:
-            outs = cls.forward(me, is_train=is_train, **kwargs)
-            for o in outs:
-                o.wait_to_read()
+            if check is not None and not is_train:
+                return check.forward(me, lambda: engines_forward(me, False, kwargs), kwargs)
+            return engines_forward(me, is_train, kwargs)
         except mx.base.MXNetError:
             err = take_error(engines)
             if err is None:
                 raise
             raise err from None
-        return outs
 
     def reshape(*args: Any, **kwargs: Any) -> Any:
         me = ref()
@@ -510,7 +521,7 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
             if err is None:
                 raise
             raise err from None
-        guard_forward(new, engines)
+        guard_forward(new, engines, check.reshaped(args, kwargs) if check is not None else None)
         info = getattr(me, "_mx_trt", None)
         if info is not None and getattr(new, "_mx_trt", None) is None:
             new._mx_trt = info
@@ -520,6 +531,7 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine]) -> None:
     reshape.__doc__ = cls.reshape.__doc__
     exe.forward = forward
     exe.reshape = reshape
+    exe._mx_trt_check = check
 
 
 _registered = False

@@ -19,7 +19,9 @@ or after :data:`IDLE_SECONDS` without a request.
 Protocol (one line each way): the worker first writes ``ready`` and a JSON
 object (``engines``: the accelerated bind's engine count, ``backends``: their
 backends); then the caller writes ``RUNS WARMUP``, the worker answers a JSON list
-of ``RUNS`` latencies in ms; ``quit`` ends it.
+of ``RUNS`` latencies in ms; ``stats`` asks for a JSON object (``native_share``: the
+share of the accelerated executor's forwards that native MXNet served, its run-time
+check, :mod:`mx_trt.runtime.twin`; ``null`` without one); ``quit`` ends it.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
+from mx_trt.runtime.twin import native_share
 from mx_trt.tools.cli.timing import forward_fn, measure
 from mx_trt.settings import child_environment
 
@@ -139,6 +142,21 @@ class NativeProcess:
         except (OSError, ValueError) as exc:
             raise RuntimeError(f"the native MXNet worker failed ({exc}): {self._errors()}") from None
 
+    def native_share(self) -> Optional[float]:
+        """The share of the worker's forwards that native MXNet served (the run-time check), or ``None``.
+
+        Raises:
+            RuntimeError: the worker died.
+        """
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write("stats\n")
+            self.proc.stdin.flush()
+            share = json.loads(self._read()).get("native_share")
+            return None if share is None else float(share)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RuntimeError(f"the native MXNet worker failed ({exc}): {self._errors()}") from None
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -220,6 +238,9 @@ def _serve(spec_path: str) -> int:
         line = sys.stdin.readline() if ready else ""
         if not line or line.strip() == "quit":
             return 0
+        if line.strip() == "stats":
+            print(json.dumps({"native_share": native_share(exe)}), flush=True)
+            continue
         runs, warmup = (int(x) for x in line.split())
         print(json.dumps(measure(forward, runs, warmup)), flush=True)
 

@@ -25,6 +25,7 @@ from mx_trt.tools.cli.options import (
     with_batch,
 )
 from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
+from mx_trt.runtime.twin import native_share
 from mx_trt.tools.native_process import NativeProcess, equal_thread_workers
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class BenchRow:
     accelerated_threads: Optional[Dict[str, float]] = None
     #: Engines kept by each accelerated bind: ``{"default": [...], "equal": [...]}`` of "backend precision".
     kept: Dict[str, List[str]] = field(default_factory=dict)
+    #: The share of each accelerated executor's forwards that native MXNet served (its run-time
+    #: check, ``mx_trt.runtime.twin``), by the same keys as :attr:`kept`; ``None``: no check.
+    native_served: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def ratios(self) -> Dict[str, Optional[float]]:
         acc = self.accelerated["median_ms"]
@@ -100,7 +104,7 @@ class BenchRow:
             "native_equal_threads": self.native_threads, "threads": self.threads,
             "native_equal_threads_note": self.native_threads_note,
             "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
-            "ratios": self.ratios(),
+            "native_served": self.native_served, "ratios": self.ratios(),
         }
 
 
@@ -160,6 +164,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         worker_note = "; ".join(f"{side} equal threads: {why}" for side, why in failed.items())
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in [*variants, *workers]}
+    served: Dict[str, Optional[float]] = {}
     try:
         order = [*variants, *workers]
         for r in range(rounds):
@@ -174,6 +179,9 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                     continue
                 progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
                 times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance)
+        served["default"] = native_share(exe)
+        if "accelerated equal threads" in workers:
+            served["equal threads"] = workers["accelerated equal threads"].native_share()
     finally:
         for worker in workers.values():
             worker.close()
@@ -188,9 +196,15 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    {"native": bind_native_s, "accelerated": bind_acc_s},
                    latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
                    nat_w.threads if nat_w is not None else 0, worker_note,
-                   latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept)
+                   latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
+                   served)
     del exe, info, engine, native, variants
     return row
+
+
+def served_note(share: Optional[float]) -> str:
+    """`` (native MXNet served 12% of forwards)`` when the run-time check gave it any, else empty."""
+    return f" (native MXNet served {share:.0%} of forwards)" if share else ""
 
 
 def _fmt_ratio(x: Optional[float]) -> str:
@@ -261,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
                  "in worker processes" if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))
         for r in rows:
-            kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}" for k, v in r.kept.items())
+            kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}{served_note(r.native_served.get(k))}"
+                             for k, v in r.kept.items())
             print(f"batch {r.batch}: engines kept ({kept})")
             if r.whole_model is None:
                 print(f"batch {r.batch}: whole model {r.whole_model_note}")

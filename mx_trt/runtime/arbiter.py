@@ -1,0 +1,175 @@
+"""Which of two equivalent executors serves the next forward, decided from the caller's own forwards.
+
+A bind decides engine or native by timing both (:mod:`mx_trt.pipeline.measure`),
+but only in the conditions of that moment: runs back to back, the machine as it
+was. Two things it cannot see change the answer afterwards:
+
+- load that arrives later: an engine using every core loses to MXNet's single
+  OpenMP thread once another process holds a core;
+- spacing: an engine whose thread pool sleeps between spaced-out calls pays a
+  wake-up on every call that back-to-back timing never shows.
+
+An accelerated executor therefore keeps a *twin*, MXNet's own executor of the
+symbol the user bound, and an :class:`Arbiter` per executor picks, for each
+inference forward, which of the two serves it. The comparison uses the caller's
+own forwards, in their own spacing and load: every forward is timed (the guarded
+forward waits for its outputs anyway), and now and then the next
+:data:`PROBE_CALLS` forwards go to the other side (a *probe*; its first call only
+wakes that side and is not compared). The other side takes over when the median
+of its probe is at most :data:`KEEP_BELOW` of the median of the current side's
+last :data:`WINDOW` forwards.
+
+What probing costs is bounded: serving a forward with the slower side costs the
+difference of the two, so the next probe waits until the time since the last one
+is at least ``PROBE_CALLS * gap / BUDGET`` (``gap``: how much slower the other
+side was last seen, or was estimated at bind), at least :data:`MIN_GAP_S` and
+:data:`MIN_CALLS` forwards. Probes therefore cost at most about :data:`BUDGET` of
+the time (2%), and sides that are close, where a change of load is likeliest to
+reverse the order, are compared often.
+
+This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
+``runtime.fused_op.guard_forward`` runs it (:class:`RuntimeCheck`).
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+
+logger = logging.getLogger(__name__)
+
+ENGINES = "engines"
+NATIVE = "native"
+
+#: Forwards the other side serves per probe; the first of them only wakes it (not compared).
+PROBE_CALLS = 4
+#: The current side's latest timed forwards that a probe is compared with.
+WINDOW = 5
+#: Timed forwards of the current side between two probes at least.
+MIN_CALLS = 8
+#: Timed forwards of the first side before the first probe (also when the bind's estimate allows it sooner).
+FIRST_AFTER = 4
+#: Seconds between probes at least.
+MIN_GAP_S = 0.5
+#: The share of time probes may cost (the slower side's extra time over the time between probes).
+BUDGET = 0.02
+#: The other side takes over when its probe's median is at most this fraction of the current side's.
+KEEP_BELOW = 0.95
+
+
+class Arbiter:
+    """The side (:data:`ENGINES` or :data:`NATIVE`) that serves each forward; O(1) per forward.
+
+    Call :meth:`next_side` before a forward and :meth:`record` with its duration
+    after it. Not thread-safe: one executor's forwards are serial, as MXNet's are.
+
+    Args:
+        first: The side that serves first (the bind's decision: the engines).
+        saving_s: Estimated seconds per forward the first side saves over the other
+            (from the bind's measurements), or ``None``: unknown, probe after
+            :data:`FIRST_AFTER` forwards.
+        clock: Seconds, monotonic (tests pass their own).
+        name: Used in log lines.
+    """
+
+    def __init__(self, first: str = ENGINES, saving_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic, name: str = "executor") -> None:
+        if first not in (ENGINES, NATIVE):
+            raise ValueError(f"unknown side {first!r}")
+        self.current = first
+        self.name = name
+        self._clock = clock
+        self._window: Deque[float] = deque(maxlen=WINDOW)
+        self._gap: Optional[float] = None if saving_s is None else max(0.0, float(saving_s))
+        self._probe_left = 0
+        self._probe: List[float] = []
+        self._since = 0
+        self._last = clock()
+        self.probes = 0
+        self.switches = 0
+        self.served: Dict[str, int] = {ENGINES: 0, NATIVE: 0}
+        self.medians: Dict[str, Optional[float]] = {ENGINES: None, NATIVE: None}
+
+    @property
+    def other(self) -> str:
+        return NATIVE if self.current == ENGINES else ENGINES
+
+    def next_side(self) -> str:
+        """The side that serves the next forward (a probe starts here when one is due)."""
+        if self._probe_left == 0 and self._due():
+            self._probe_left, self._probe = PROBE_CALLS, []
+        return self.other if self._probe_left else self.current
+
+    def _due(self) -> bool:
+        if not self._window:
+            return False
+        if self.probes == 0 and self._gap is None:
+            return self._since >= FIRST_AFTER
+        if self._since < (FIRST_AFTER if self.probes == 0 else MIN_CALLS):
+            return False
+        waited = self._clock() - self._last
+        return waited >= max(MIN_GAP_S if self.probes else 0.0, PROBE_CALLS * (self._gap or 0.0) / BUDGET)
+
+    def record(self, side: str, seconds: float) -> None:
+        """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
+        self.served[side] = self.served.get(side, 0) + 1
+        if side == self.current:
+            self._window.append(seconds)
+            self._since += 1
+            return
+        if not self._probe_left:  # a forward of the other side outside a probe: not ours to compare
+            return
+        if self._probe_left < PROBE_CALLS:  # the probe's first forward only woke the side
+            self._probe.append(seconds)
+        self._probe_left -= 1
+        if self._probe_left == 0:
+            self._settle()
+
+    def abandon_probe(self) -> None:
+        """Forget a probe under way (its side failed); the current side keeps serving."""
+        self._probe_left, self._probe = 0, []
+        self._since, self._last = 0, self._clock()
+
+    def _settle(self) -> None:
+        probe, current = statistics.median(self._probe), statistics.median(self._window)
+        self.probes += 1
+        self.medians[self.other], self.medians[self.current] = probe, current
+        if probe <= KEEP_BELOW * current:
+            logger.info("mx_trt: %s: %s now serve its forwards (%.2f ms against %.2f ms for %s, medians of its "
+                        "latest forwards)", self.name, "the engines" if self.other == ENGINES else "native MXNet",
+                        probe * 1e3, current * 1e3, "the engines" if self.current == ENGINES else "native MXNet")
+            self.current = self.other
+            self.switches += 1
+            self._window = deque(self._probe, maxlen=WINDOW)
+            self._gap = current - probe
+        else:
+            self._gap = max(0.0, probe - current)
+        self._probe = []
+        self._since, self._last = 0, self._clock()
+
+    def stats(self) -> Dict[str, Any]:
+        """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""
+        return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
+                "switches": self.switches,
+                "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
+
+
+def saving_from_decisions(decisions: Mapping[str, Any]) -> Optional[float]:
+    """Seconds per forward the kept engines saved over MXNet when the bind measured them, or ``None``.
+
+    ``decisions`` are the measured rule's (:class:`~mx_trt.pipeline.measure.Decision`):
+    the sum, over the subgraphs given an engine, of MXNet's median minus the kept
+    engine's. ``None`` when no kept engine has both timings.
+    """
+    total, found = 0.0, False
+    for d in decisions.values():
+        if d.engine is None or d.native_ms is None:
+            continue
+        eng = d.engine_ms.get(f"{d.engine[0]} {d.engine[1]}")
+        if eng is None:
+            continue
+        total += (d.native_ms - eng) / 1e3
+        found = True
+    return total if found else None

@@ -1,0 +1,187 @@
+"""An accelerated executor's forwards served by its engines or by its native twin, as an :class:`Arbiter` decides.
+
+The twin is MXNet's own executor of the symbol the user bound (made by the
+pipeline, which hands :class:`RuntimeCheck` a ``make_twin`` function). It is
+bound at its first use, reading the accelerated executor's input arrays and the
+caller's weights in place (no copies of either, where MXNet can share them;
+inputs it cannot share are copied before each of its forwards). Its outputs are
+copied into the accelerated executor's, so a caller reading ``executor.outputs``
+(or arrays it took from there earlier) sees the forward whichever side ran it.
+
+The twin holds MXNet's own memory for the model while it is bound (activations,
+and oneDNN's reordered weights: about 126 MB for ResNet-50 at batch 1). It is
+dropped again when a probe finds native MXNet at least :data:`RELEASE_ABOVE`
+times slower than the engines, the case where the next probe is far off
+(binding it again costs tens of ms, at that probe); while the two are close it
+stays bound.
+
+Anything wrong with the twin (MXNet cannot bind the symbol alone, its outputs
+differ in number, shape or type, a forward fails) turns the check off for that
+executor with one warning; the engines keep serving. Nothing here changes what
+the engines compute.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter
+from mx_trt.runtime.fused_op import data_ptr
+
+logger = logging.getLogger(__name__)
+
+#: A probe that finds native MXNet this many times slower than the engines drops the twin until the next probe.
+RELEASE_ABOVE = 1.25
+
+
+def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
+    """What the run-time check of an accelerated executor has seen, or ``None``: it has none.
+
+    ``serving`` (``engines`` or ``native``), ``served`` (forwards per side),
+    ``probes``, ``switches``, ``median_ms`` (each side's latest median), ``off``
+    (why the check stopped, or ``None``).
+    """
+    check = getattr(exe, "_mx_trt_check", None)
+    return None if check is None else check.stats()
+
+
+def native_share(exe: Any) -> Optional[float]:
+    """The share of ``exe``'s inference forwards its native twin served, or ``None``: no run-time check."""
+    check = getattr(exe, "_mx_trt_check", None)
+    if check is None:
+        return None
+    served = check.arbiter.served
+    total = served[ENGINES] + served[NATIVE]
+    return served[NATIVE] / total if total else 0.0
+
+
+class RuntimeCheck:
+    """One accelerated executor's choice, per inference forward, between its engines and its native twin.
+
+    Args:
+        make_twin: ``make_twin(executor)`` binds MXNet's own executor of the original
+            symbol for ``executor``'s input shapes (raises on failure).
+        saving_s: Seconds per forward the engines saved when the bind measured them
+            (:func:`~mx_trt.runtime.arbiter.saving_from_decisions`), or ``None``.
+        name: Used in log lines.
+    """
+
+    def __init__(self, make_twin: Callable[[Any], Any], saving_s: Optional[float] = None,
+                 name: str = "executor") -> None:
+        self.arbiter = Arbiter(ENGINES, saving_s, name=name)
+        self._make_twin = make_twin
+        self._saving = saving_s
+        self._name = name
+        self.twin: Any = None
+        self._copied: List[str] = []
+        self.off: Optional[str] = None
+
+    def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
+        """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
+        if self.off is None and self.arbiter.next_side() == NATIVE:
+            twin = self._twin_for(exe)
+            if twin is not None:
+                t0 = time.perf_counter()
+                try:
+                    outs = self._native_forward(exe, twin, kwargs)
+                except (TypeError, ValueError):  # the caller's inputs: MXNet's own errors, as its forward raises them
+                    self.arbiter.abandon_probe()
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any failure of the twin turns the check off, never the forward
+                    self._turn_off(f"native MXNet failed: {type(exc).__name__}: {exc}")
+                else:
+                    self._record(NATIVE, time.perf_counter() - t0)
+                    return outs
+            self.arbiter.abandon_probe()
+        t0 = time.perf_counter()
+        outs = engines_forward()
+        self._record(ENGINES, time.perf_counter() - t0)
+        return outs
+
+    def _record(self, side: str, seconds: float) -> None:
+        probes = self.arbiter.probes
+        self.arbiter.record(side, seconds)
+        if self.arbiter.probes == probes or self.arbiter.current != ENGINES or self.twin is None:
+            return
+        eng, nat = self.arbiter.medians[ENGINES], self.arbiter.medians[NATIVE]
+        if eng is not None and nat is not None and nat >= RELEASE_ABOVE * eng:
+            self.twin, self._copied = None, []
+            logger.debug("%s: native twin dropped until the next probe (%.2f ms against %.2f ms for the engines)",
+                         self._name, nat * 1e3, eng * 1e3)
+
+    def reshaped(self, args: Any, kwargs: Mapping[str, Any]) -> "RuntimeCheck":
+        """The check of an executor reshaped from this one with ``args``/``kwargs`` (``Executor.reshape``'s).
+
+        Its twin is this one's twin reshaped alike (MXNet shares their memory), or,
+        when this one has none yet or that fails, a twin bound for it.
+        """
+        parent, make = self, self._make_twin
+
+        def make_twin(exe: Any) -> Any:
+            if parent.twin is not None:
+                try:
+                    return parent.twin.reshape(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - MXNet refused: bind one instead
+                    logger.debug("%s: reshaping the native twin failed (%s): binding one", self._name, exc)
+            return make(exe)
+
+        child = RuntimeCheck(make_twin, self._saving, self._name)
+        child.off = self.off
+        return child
+
+    def stats(self) -> Dict[str, Any]:
+        """The arbiter's :meth:`~mx_trt.runtime.arbiter.Arbiter.stats`, with ``off`` (why the check stopped, or None)."""
+        return {**self.arbiter.stats(), "off": self.off}
+
+    def _turn_off(self, why: str) -> None:
+        self.off = why
+        self.arbiter.current = ENGINES
+        logger.warning("mx_trt: %s: the engines serve every forward from now on (no comparison with native MXNet): %s",
+                       self._name, why)
+
+    def _twin_for(self, exe: Any) -> Any:
+        if self.twin is not None or self.off is not None:
+            return self.twin
+        t0 = time.perf_counter()
+        try:
+            twin = self._make_twin(exe)
+        except Exception as exc:  # noqa: BLE001 - MXNet cannot bind the symbol alone: no comparison, engines serve
+            self._turn_off(f"binding the symbol natively failed: {type(exc).__name__}: {exc}")
+            return None
+        mine, theirs = list(exe.outputs), list(twin.outputs)
+        if len(mine) != len(theirs) or any(tuple(a.shape) != tuple(b.shape) or np.dtype(a.dtype) != np.dtype(b.dtype)
+                                           for a, b in zip(mine, theirs)):
+            self._turn_off(f"the native executor's outputs {[(tuple(b.shape), np.dtype(b.dtype).name) for b in theirs]} "
+                           f"differ from the accelerated one's {[(tuple(a.shape), np.dtype(a.dtype).name) for a in mine]}")
+            return None
+        names = set(twin.arg_dict)
+        self._copied = [n for n, arr in exe.arg_dict.items() if n in names and data_ptr(arr) != data_ptr(twin.arg_dict[n])]
+        self.twin = twin
+        logger.debug("%s: native twin bound in %.1f ms (%d input(s) copied per forward: %s)", self._name,
+                     (time.perf_counter() - t0) * 1e3, len(self._copied), self._copied)
+        return twin
+
+    def _native_forward(self, exe: Any, twin: Any, kwargs: Mapping[str, Any]) -> List[Any]:
+        import mxnet as mx
+
+        args = exe.arg_dict
+        for name, array in kwargs.items():  # as MXNet's Executor.forward checks and writes them
+            if not isinstance(array, (mx.nd.NDArray, np.ndarray)):
+                raise ValueError("only accept keyword argument of NDArrays and numpy.ndarray")
+            if name not in args:
+                raise TypeError(f"Unknown argument {name}")
+            if args[name].shape != array.shape:
+                raise ValueError(f"Shape not match! Argument {name}, need: {args[name].shape}, received: {array.shape}")
+            args[name][:] = array
+        for name in self._copied:
+            args[name].copyto(twin.arg_dict[name])
+        twin.forward(is_train=False)
+        outs = exe.outputs
+        for src, dst in zip(twin.outputs, outs):
+            src.copyto(dst)
+        for o in outs:
+            o.wait_to_read()
+        return outs

@@ -1,0 +1,244 @@
+"""The run-time check: an accelerated executor's forwards served by its engines or its native twin.
+
+Outputs are compared with native MXNet at fp32 (``rtol=1e-4, atol=1e-5``) on every
+forward, whichever side served it. The engines are slowed (a sleep in their run)
+to make native MXNet the faster side.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.errors import MxTrtError
+from mx_trt.runtime.arbiter import ENGINES, NATIVE
+from mx_trt.settings import Settings
+from tests.harness.bindcheck import ATOL, RTOL, conv_relu
+from tests.harness.mxcheck import random_inputs, random_params
+
+SHAPES = {"data": (2, 3, 8, 8)}
+
+
+def _net():
+    x = conv_relu(mx.sym.var("data"), "a")
+    x = conv_relu(x, "b")
+    return mx.sym.FullyConnected(mx.sym.flatten(x), num_hidden=5, name="fc")
+
+
+@pytest.fixture
+def model():
+    sym = _net()
+    args, aux = random_params(sym, SHAPES, 0)
+    return sym, args, aux
+
+
+def _bind(sym, args, aux, monkeypatch, on=True, shapes=SHAPES):
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1" if on else "0")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **shapes)
+    if not on:
+        exe.copy_params_from(args, aux)
+    return exe
+
+
+def _slow_engines(exe, monkeypatch, seconds=0.01):
+    for fused in mx_trt.bind_info(exe).engines:
+        run = fused.engine.run
+
+        def slow(ins, outs, run=run):
+            time.sleep(seconds)
+            run(ins, outs)
+
+        monkeypatch.setattr(fused.engine, "run", slow)
+
+
+def _check_forwards(exe, native, n, seed=1, by_kwargs=False):
+    """``n`` forwards of new inputs on both, every output compared; the sides that served them."""
+    served = []
+    check = exe._mx_trt_check
+    first = [o for o in exe.outputs]
+    for i in range(n):
+        inputs = random_inputs({k: v.shape for k, v in exe.arg_dict.items() if k == "data"}, seed + i)
+        for k, v in inputs.items():
+            native.arg_dict[k][:] = v
+        native.forward(is_train=False)
+        before = dict(check.arbiter.served)
+        if by_kwargs:
+            outs = exe.forward(is_train=False, **{k: mx.nd.array(v) for k, v in inputs.items()})
+        else:
+            for k, v in inputs.items():
+                exe.arg_dict[k][:] = v
+            outs = exe.forward(is_train=False)
+        served.append(next(s for s in (ENGINES, NATIVE) if check.arbiter.served[s] > before[s]))
+        for got, ref, held in zip(outs, native.outputs, first):
+            np.testing.assert_allclose(got.asnumpy(), ref.asnumpy(), rtol=RTOL, atol=ATOL)
+            # Arrays taken from executor.outputs earlier hold this forward too.
+            np.testing.assert_allclose(held.asnumpy(), ref.asnumpy(), rtol=RTOL, atol=ATOL)
+    return served
+
+
+def test_slow_engines_give_their_forwards_to_native_mxnet(model, monkeypatch, caplog):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+    assert mx_trt.bind_info(exe).engines
+    _slow_engines(exe, monkeypatch)
+    with caplog.at_level(logging.INFO, logger="mx_trt.runtime.arbiter"):
+        served = _check_forwards(exe, native, 30)
+        served += _check_forwards(exe, native, 10, seed=100, by_kwargs=True)
+    assert served[:4] == [ENGINES] * 4
+    assert served[-20:] == [NATIVE] * 20
+    stats = mx_trt.runtime_stats(exe)
+    assert stats["serving"] == NATIVE and stats["switches"] == 1 and stats["off"] is None
+    assert stats["median_ms"][ENGINES] > 10 > stats["median_ms"][NATIVE]
+    assert "native MXNet now serve its forwards" in caplog.text
+
+
+def test_fast_engines_keep_serving(model, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+    twin_forward = []
+
+    def slow_twin(request, e, make=mx_trt.pipeline.bind.native_twin):
+        twin = make(request, e)
+        fwd = twin.forward
+
+        def forward(*a, **k):
+            time.sleep(0.01)
+            twin_forward.append(1)
+            return fwd(*a, **k)
+
+        twin.forward = forward
+        return twin
+
+    monkeypatch.setattr(mx_trt.pipeline.bind, "native_twin", slow_twin)
+    served = _check_forwards(exe, native, 30)
+    check = exe._mx_trt_check
+    assert check.arbiter.current == ENGINES
+    assert served.count(NATIVE) == len(twin_forward) == 4  # one probe, then the budget holds the next back
+    # Native MXNet was far slower: its twin, and the memory it holds, is dropped until the next probe.
+    assert check.twin is None
+    check.arbiter._last -= 3600  # the next probe is due: the twin is bound again for it
+    served = _check_forwards(exe, native, 10, seed=40)
+    assert served.count(NATIVE) == 4 and len(twin_forward) == 8
+    assert check.twin is None and check.arbiter.probes == 2
+
+
+def test_auto_is_on_for_cpu_binds_under_the_measured_rule(model, monkeypatch, shipped_defaults):
+    sym, args, aux = model
+    settings = Settings.from_env()
+    assert settings.engine_rule == "measured" and settings.runtime_check is None
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")
+    exe = _bind(sym, args, aux, monkeypatch)
+    assert exe._mx_trt_check is None and mx_trt.runtime_stats(exe) is None
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    assert _bind(sym, args, aux, monkeypatch)._mx_trt_check is not None
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "0")
+    assert _bind(sym, args, aux, monkeypatch)._mx_trt_check is None
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "auto")
+    exe = _bind(sym, args, aux, monkeypatch)
+    if mx_trt.bind_info(exe).engines:  # the measured rule kept an engine for this tiny graph on this machine
+        assert exe._mx_trt_check is not None
+    else:
+        assert exe._mx_trt_check is None
+
+
+def test_settings_and_options(monkeypatch):
+    for raw, want in (("auto", None), ("", None), ("1", True), ("on", True), ("0", False), ("false", False)):
+        monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", raw)
+        assert Settings.from_env().runtime_check is want
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "sometimes")
+    with pytest.raises(MxTrtError, match="MXNET_TENSORRT_RUNTIME_CHECK='sometimes': expected auto, 1 or 0"):
+        Settings.from_env()
+    monkeypatch.delenv("MXNET_TENSORRT_RUNTIME_CHECK")
+    base = Settings.from_env()
+    assert base.with_options({"runtime_check": False}).runtime_check is False
+    assert base.with_options({"runtime_check": "auto"}).runtime_check is None
+    with pytest.raises(MxTrtError, match="runtime_check='maybe': expected True, False or 'auto'"):
+        base.with_options({"runtime_check": "maybe"})
+
+
+def test_training_forwards_always_run_the_engines(model, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    exe = _bind(sym, args, aux, monkeypatch)
+    for _ in range(20):
+        exe.forward(is_train=True)
+    assert exe._mx_trt_check.arbiter.served == {ENGINES: 0, NATIVE: 0}
+
+
+def test_a_twin_that_cannot_bind_turns_the_check_off(model, monkeypatch, caplog):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+
+    def refuse(request, e):
+        raise mx.base.MXNetError("no native bind today")
+
+    monkeypatch.setattr(mx_trt.pipeline.bind, "native_twin", refuse)
+    with caplog.at_level(logging.WARNING):
+        served = _check_forwards(exe, native, 12)
+    assert served == [ENGINES] * 12
+    assert "binding the symbol natively failed: MXNetError: no native bind today" in exe._mx_trt_check.off
+    assert sum("the engines serve every forward from now on" in r.message for r in caplog.records) == 1
+
+
+def test_a_twin_failing_mid_run_turns_the_check_off(model, monkeypatch, caplog):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+    _slow_engines(exe, monkeypatch)
+    _check_forwards(exe, native, 12)
+    assert exe._mx_trt_check.arbiter.current == NATIVE
+
+    def broken(*a, **k):
+        raise mx.base.MXNetError("the twin broke")
+
+    monkeypatch.setattr(exe._mx_trt_check.twin, "forward", broken)
+    with caplog.at_level(logging.WARNING):
+        served = _check_forwards(exe, native, 3, seed=50)
+    assert served == [ENGINES] * 3
+    assert "native MXNet failed: MXNetError: the twin broke" in exe._mx_trt_check.off
+
+
+def test_bad_inputs_raise_mxnets_own_errors_on_either_side(model, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+    _slow_engines(exe, monkeypatch)
+    for n in (0, 12):  # the engines serving, then native MXNet
+        _check_forwards(exe, native, n)
+        with pytest.raises(ValueError, match="Shape not match"):
+            exe.forward(is_train=False, data=mx.nd.zeros((1, 3, 8, 8)))
+        with pytest.raises(TypeError, match="Unknown argument"):
+            exe.forward(is_train=False, nothing=mx.nd.zeros((1,)))
+    assert exe._mx_trt_check.arbiter.current == NATIVE and exe._mx_trt_check.off is None
+
+
+def test_a_reshaped_executor_gets_its_own_check_and_twin(model, monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", "4")
+    sym, args, aux = model
+    exe = _bind(sym, args, aux, monkeypatch)
+    _slow_engines(exe, monkeypatch)
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    _check_forwards(exe, native, 12)
+    assert exe._mx_trt_check.twin is not None
+    small = exe.reshape(data=(1, 3, 8, 8))
+    native_small = native.reshape(data=(1, 3, 8, 8))
+    assert small._mx_trt_check is not exe._mx_trt_check
+    served = _check_forwards(small, native_small, 12)
+    assert served[-3:] == [NATIVE] * 3
+    assert small._mx_trt_check.twin.arg_dict["data"].shape == (1, 3, 8, 8)
+    # The parent keeps serving at its own shape.
+    assert _check_forwards(exe, native, 3, seed=70) == [NATIVE] * 3

@@ -1,0 +1,145 @@
+"""The run-time choice between engines and native MXNet (mx_trt.runtime.arbiter), on simulated forwards.
+
+Each simulation advances a fake clock by every forward's duration, so the
+probe budget (a share of the time) is checked exactly.
+"""
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from mx_trt.runtime import arbiter as arb
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter, saving_from_decisions
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def simulate(a: Arbiter, clock: Clock, latency, calls: int, start: int = 0):
+    """Run ``calls`` forwards; ``latency(i, side)`` is the i-th forward's duration. Returns the sides served."""
+    sides = []
+    for i in range(start, start + calls):
+        side = a.next_side()
+        dt = latency(i, side)
+        clock.t += dt
+        a.record(side, dt)
+        sides.append(side)
+    return sides
+
+
+def test_faster_engines_keep_serving_and_probes_stay_within_budget():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.001, NATIVE: 0.010}
+    sides = simulate(a, clock, lambda i, s: lat[s], 20000)
+    assert a.current == ENGINES and a.switches == 0
+    assert a.probes >= 2  # it keeps looking
+    extra = sides.count(NATIVE) * (lat[NATIVE] - lat[ENGINES])
+    # The first probe comes after FIRST_AFTER forwards whatever it costs; the others are paid from the budget.
+    first = arb.PROBE_CALLS * (lat[NATIVE] - lat[ENGINES])
+    assert extra - first <= arb.BUDGET * clock.t * 1.05
+    assert a.stats()["median_ms"] == {ENGINES: pytest.approx(1.0), NATIVE: pytest.approx(10.0)}
+
+
+def test_slower_engines_give_way_after_the_first_probe():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.003, NATIVE: 0.002}
+    sides = simulate(a, clock, lambda i, s: lat[s], 200)
+    assert a.current == NATIVE and a.switches == 1
+    assert sides[: arb.FIRST_AFTER] == [ENGINES] * arb.FIRST_AFTER
+    assert sides.index(NATIVE) == arb.FIRST_AFTER
+    assert sides[arb.FIRST_AFTER:].count(ENGINES) < 20  # only the probes of the engines after the switch
+
+
+def test_load_arriving_later_moves_the_forwards_to_native_and_back():
+    clock = Clock()
+    a = Arbiter(ENGINES, saving_s=0.010, clock=clock)  # the bind measured the engines 10 ms faster
+
+    def lat(i, side):
+        loaded = 2000 <= i < 6000  # another process takes a core: the engines collapse, MXNet barely moves
+        if side == ENGINES:
+            return 0.030 if loaded else 0.010
+        return 0.022 if loaded else 0.020
+
+    sides = simulate(a, clock, lat, 9000)
+    assert a.switches == 2
+    to_native = 2000 + sides[2000:].index(NATIVE)
+    settled = next(i for i in range(to_native, 6000) if all(s == NATIVE for s in sides[i:i + 50]))
+    assert settled - 2000 < 300  # found within a few probes' waits
+    assert sides[5950:6000].count(NATIVE) >= 45
+    assert sides[-50:] == [ENGINES] * 50  # quiet again: back on the engines
+
+
+def test_a_near_tie_does_not_flap():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    rng = random.Random(0)
+    simulate(a, clock, lambda i, s: 0.002 * rng.uniform(0.98, 1.02) * (1.01 if s == NATIVE else 1.0), 20000)
+    assert a.probes > 10
+    assert a.switches == 0
+
+
+def test_the_bind_estimate_delays_the_first_probe():
+    clock = Clock()
+    a = Arbiter(ENGINES, saving_s=0.050, clock=clock)
+    sides = simulate(a, clock, lambda i, s: 0.010 if s == ENGINES else 0.060, 2000)
+    first = sides.index(NATIVE)
+    # Probing costs 4 x 50 ms: it waits until that is 2% of the time since the bind.
+    assert first * 0.010 >= arb.PROBE_CALLS * 0.050 / arb.BUDGET - 0.010
+    assert a.current == ENGINES
+
+
+def test_the_first_forward_of_a_probe_is_not_compared():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    seen = []
+
+    def lat(i, side):
+        if side == NATIVE:
+            seen.append(i)
+            # The first: binding, cold caches. Counted, it would make the probe's median 2 ms, a tie.
+            return {1: 0.5, 4: 0.003}.get(len(seen), 0.001)
+        return 0.002
+
+    simulate(a, clock, lat, 40)
+    assert a.current == NATIVE
+    assert a.medians[NATIVE] == pytest.approx(0.001)
+
+
+def test_an_abandoned_probe_leaves_the_current_side():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    simulate(a, clock, lambda i, s: 0.001, arb.FIRST_AFTER)
+    assert a.next_side() == NATIVE
+    a.abandon_probe()
+    assert a.next_side() == ENGINES
+    assert a.probes == 0 and a.current == ENGINES
+
+
+def test_unknown_side_is_refused():
+    with pytest.raises(ValueError, match="unknown side"):
+        Arbiter("gpu")
+
+
+def _decision(engine, native_ms, engine_ms):
+    return SimpleNamespace(engine=engine, native_ms=native_ms, engine_ms=engine_ms)
+
+
+def test_saving_from_decisions():
+    decisions = {
+        "a": _decision(("openvino", "fp32"), 4.0, {"openvino fp32": 1.5, "onnxruntime fp32": 2.0}),
+        "b": _decision(("onnxruntime", "fp32"), 3.0, {"onnxruntime fp32": 2.5}),
+        "c": _decision(None, 1.0, {"onnxruntime fp32": 1.2}),  # kept native: no engine serves it
+        "d": _decision(("onnxruntime", "fp32"), None, {}),  # decided by the estimate: not measured
+    }
+    assert saving_from_decisions(decisions) == pytest.approx(0.003)
+    assert saving_from_decisions({"d": decisions["d"]}) is None
+    assert saving_from_decisions({}) is None

@@ -32,7 +32,11 @@ LOCKS = "locks"
 # A staging lock file is created under a ".new" name and renamed once locked;
 # one left behind by a crash in between is harmless and swept after this delay.
 STALE_NEW_LOCK_S = 3600.0
-_ORPHAN_RE = re.compile(r"mx_trt_[a-z]+_(\d+)_")
+#: The whole name of a work folder (:func:`make_work_dir`: ``mkdtemp``'s 8 random characters after the pid)
+#: or of an atomic write's temporary file (``mx_trt.fsutil``: 12 hex digits and ``.tmp``). Anchored at both
+#: ends: a folder of ``TemporaryDirectory(prefix="mx_trt_native_")`` whose random part happens to read
+#: ``717_oppy`` is not the work folder of a process 717.
+_ORPHAN_RE = re.compile(r"mx_trt_[a-z]+_(\d+)_(?:[a-z0-9_]{8}|[0-9a-f]{12}\.tmp)$")
 
 
 class _KeyLock:

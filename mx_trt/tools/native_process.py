@@ -94,7 +94,8 @@ class NativeProcess:
         self.accelerated = accelerated
         self.engines: int = 0
         self.backends: List[str] = []
-        self._dir = tempfile.TemporaryDirectory(prefix="mx_trt_native_")
+        # Named as make_work_dir names its folders (the pid first): swept once this process is gone.
+        self._dir = tempfile.TemporaryDirectory(prefix=f"mx_trt_native_{os.getpid()}_")
         spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict, accelerated)
         overrides = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
                      "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"}

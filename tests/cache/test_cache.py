@@ -392,6 +392,27 @@ def test_sweep_keeps_live_staging(tmp_path):
     assert _tmp_leftovers(c) == []
 
 
+def test_sweep_orphans_removes_only_the_work_folders_of_dead_processes(tmp_path):
+    import tempfile
+
+    from mx_trt.fsutil import TMP_PREFIX
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    mine = cache_mod.make_work_dir("mx_trt_ort_", str(tmp_path))
+    orphan = tmp_path / f"mx_trt_ort_{dead}_a1b2_c3d"  # make_work_dir's form: 8 random characters after the pid
+    orphan.mkdir()
+    write = tmp_path / f"{TMP_PREFIX}{dead}_0123456789ab.tmp"  # an atomic write cut short
+    write.write_bytes(b"x")
+    # TemporaryDirectory(prefix="mx_trt_native_"): 8 random characters that here read like a pid and more.
+    lookalike = tmp_path / ("mx_trt_native_" + f"{dead}_oppyoppy"[:max(8, len(str(dead)) + 2)])
+    lookalike.mkdir()
+    alive = Path(tempfile.mkdtemp(prefix="mx_trt_native_", dir=str(tmp_path)))
+    assert cache_mod.sweep_orphans(str(tmp_path)) == 2
+    assert not orphan.exists() and not write.exists()
+    assert os.path.isdir(mine) and lookalike.is_dir() and alive.is_dir()
+
+
 # --------------------------------------------------------------------------- I/O failures
 
 

@@ -20,12 +20,13 @@ of its probe is at most :data:`KEEP_BELOW` of the median of the current side's
 last :data:`WINDOW` forwards.
 
 What probing costs is bounded: serving a forward with the slower side costs the
-difference of the two, so the next probe waits until the time since the last one
-is at least ``PROBE_CALLS * gap / BUDGET`` (``gap``: how much slower the other
-side was last seen, or was estimated at bind), at least :data:`MIN_GAP_S` and
-:data:`MIN_CALLS` forwards. Probes therefore cost at most about :data:`BUDGET` of
-the time (2%), and sides that are close, where a change of load is likeliest to
-reverse the order, are compared often.
+difference of the two, so the next probe waits until the forwards since the last
+one have taken at least ``PROBE_CALLS * gap / BUDGET`` (``gap``: how much slower
+the other side was last seen, or was estimated at bind), and for at least
+:data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
+at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
+caller spaces them out, and sides that are close, where a change of load is
+likeliest to reverse the order, are compared often.
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
 ``runtime.fused_op.guard_forward`` runs it (:class:`RuntimeCheck`).
@@ -53,7 +54,7 @@ MIN_CALLS = 8
 FIRST_AFTER = 4
 #: Seconds between probes at least.
 MIN_GAP_S = 0.5
-#: The share of time probes may cost (the slower side's extra time over the time between probes).
+#: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
 BUDGET = 0.02
 #: The other side takes over when its probe's median is at most this fraction of the current side's.
 KEEP_BELOW = 0.95
@@ -86,6 +87,7 @@ class Arbiter:
         self._probe_left = 0
         self._probe: List[float] = []
         self._since = 0
+        self._busy = 0.0
         self._last = clock()
         self.probes = 0
         self.switches = 0
@@ -109,8 +111,9 @@ class Arbiter:
             return self._since >= FIRST_AFTER
         if self._since < (FIRST_AFTER if self.probes == 0 else MIN_CALLS):
             return False
-        waited = self._clock() - self._last
-        return waited >= max(MIN_GAP_S if self.probes else 0.0, PROBE_CALLS * (self._gap or 0.0) / BUDGET)
+        if self._busy < PROBE_CALLS * (self._gap or 0.0) / BUDGET:
+            return False
+        return not self.probes or self._clock() - self._last >= MIN_GAP_S
 
     def record(self, side: str, seconds: float) -> None:
         """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
@@ -118,6 +121,7 @@ class Arbiter:
         if side == self.current:
             self._window.append(seconds)
             self._since += 1
+            self._busy += seconds
             return
         if not self._probe_left:  # a forward of the other side outside a probe: not ours to compare
             return
@@ -130,7 +134,7 @@ class Arbiter:
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
         self._probe_left, self._probe = 0, []
-        self._since, self._last = 0, self._clock()
+        self._since, self._busy, self._last = 0, 0.0, self._clock()
 
     def _settle(self) -> None:
         probe, current = statistics.median(self._probe), statistics.median(self._window)
@@ -147,7 +151,7 @@ class Arbiter:
         else:
             self._gap = max(0.0, probe - current)
         self._probe = []
-        self._since, self._last = 0, self._clock()
+        self._since, self._busy, self._last = 0, 0.0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""

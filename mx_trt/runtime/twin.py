@@ -22,6 +22,7 @@ the engines compute.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -180,8 +181,26 @@ class RuntimeCheck:
             args[name].copyto(twin.arg_dict[name])
         twin.forward(is_train=False)
         outs = exe.outputs
+        queued = []
         for src, dst in zip(twin.outputs, outs):
-            src.copyto(dst)
-        for o in outs:
+            if src.context.device_type == "cpu" and dst.context.device_type == "cpu":
+                _host_copy(src, dst)
+            else:
+                src.copyto(dst)
+                queued.append(dst)
+        for o in queued:
             o.wait_to_read()
         return outs
+
+
+def _host_copy(src: Any, dst: Any) -> None:
+    """``src`` into ``dst`` (CPU NDArrays of one shape and type) by ``memmove``, once MXNet is done with both.
+
+    A ``copyto`` is one more operation through MXNet's engine: about 45 us a
+    forward at two OpenMP threads, 2% of a 2.5 ms model.
+    """
+    from mxnet.base import _LIB, check_call
+
+    src.wait_to_read()
+    check_call(_LIB.MXNDArrayWaitToWrite(dst.handle))  # reads of the last forward's outputs still queued
+    ctypes.memmove(data_ptr(dst), data_ptr(src), int(src.size) * np.dtype(src.dtype).itemsize)

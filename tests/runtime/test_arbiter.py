@@ -48,6 +48,24 @@ def test_faster_engines_keep_serving_and_probes_stay_within_budget():
     assert a.stats()["median_ms"] == {ENGINES: pytest.approx(1.0), NATIVE: pytest.approx(10.0)}
 
 
+def test_spaced_forwards_are_probed_no_more_often():
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.001, NATIVE: 0.010}
+    busy = 0.0
+    sides = []
+    for _ in range(20000):  # one forward a second: the budget counts the forwards' time, not the pauses
+        clock.t += 1.0
+        side = a.next_side()
+        clock.t += lat[side]
+        busy += lat[side]
+        a.record(side, lat[side])
+        sides.append(side)
+    extra = sides.count(NATIVE) * (lat[NATIVE] - lat[ENGINES])
+    assert extra - arb.PROBE_CALLS * (lat[NATIVE] - lat[ENGINES]) <= arb.BUDGET * busy * 1.05
+    assert a.current == ENGINES and a.probes >= 2
+
+
 def test_slower_engines_give_way_after_the_first_probe():
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)

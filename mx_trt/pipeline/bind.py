@@ -45,7 +45,6 @@ from mx_trt.pipeline.measure import Decision
 from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
-from mx_trt.runtime.arbiter import saving_from_decisions
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward
 from mx_trt.runtime.twin import RuntimeCheck
 from mx_trt.settings import Settings
@@ -392,7 +391,7 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
         return None
     outputs = request.symbol.list_outputs()
     name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")
-    return RuntimeCheck(lambda exe: native_twin(request, exe), saving_from_decisions(info.decisions), name)
+    return RuntimeCheck(lambda exe: native_twin(request, exe), name)
 
 
 def native_twin(request: BindRequest, exe: Any) -> Any:

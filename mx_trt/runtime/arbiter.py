@@ -22,11 +22,14 @@ last :data:`WINDOW` forwards.
 What probing costs is bounded: serving a forward with the slower side costs the
 difference of the two, so the next probe waits until the forwards since the last
 one have taken at least ``PROBE_CALLS * gap / BUDGET`` (``gap``: how much slower
-the other side was last seen, or was estimated at bind), and for at least
+the other side was last seen), and for at least
 :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
 at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
 caller spaces them out, and sides that are close, where a change of load is
-likeliest to reverse the order, are compared often.
+likeliest to reverse the order, are compared often. The first probe comes after
+:data:`FIRST_AFTER` forwards, whatever the bind measured: each executor checks the
+bind's decision in its own conditions (the bind's load, its spacing of forwards,
+may not be the executor's).
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
 ``runtime.fused_op.guard_forward`` runs it (:class:`RuntimeCheck`).
@@ -37,7 +40,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ PROBE_CALLS = 4
 WINDOW = 5
 #: Timed forwards of the current side between two probes at least.
 MIN_CALLS = 8
-#: Timed forwards of the first side before the first probe (also when the bind's estimate allows it sooner).
+#: Timed forwards of the first side before the first probe.
 FIRST_AFTER = 4
 #: Seconds between probes at least.
 MIN_GAP_S = 0.5
@@ -68,22 +71,19 @@ class Arbiter:
 
     Args:
         first: The side that serves first (the bind's decision: the engines).
-        saving_s: Estimated seconds per forward the first side saves over the other
-            (from the bind's measurements), or ``None``: unknown, probe after
-            :data:`FIRST_AFTER` forwards.
         clock: Seconds, monotonic (tests pass their own).
         name: Used in log lines.
     """
 
-    def __init__(self, first: str = ENGINES, saving_s: Optional[float] = None,
-                 clock: Callable[[], float] = time.monotonic, name: str = "executor") -> None:
+    def __init__(self, first: str = ENGINES, clock: Callable[[], float] = time.monotonic,
+                 name: str = "executor") -> None:
         if first not in (ENGINES, NATIVE):
             raise ValueError(f"unknown side {first!r}")
         self.current = first
         self.name = name
         self._clock = clock
         self._window: Deque[float] = deque(maxlen=WINDOW)
-        self._gap: Optional[float] = None if saving_s is None else max(0.0, float(saving_s))
+        self._gap = 0.0  # how much slower the other side was at the last probe (s)
         self._probe_left = 0
         self._probe: List[float] = []
         self._since = 0
@@ -105,15 +105,11 @@ class Arbiter:
         return self.other if self._probe_left else self.current
 
     def _due(self) -> bool:
-        if not self._window:
-            return False
-        if self.probes == 0 and self._gap is None:
+        if self.probes == 0:
             return self._since >= FIRST_AFTER
-        if self._since < (FIRST_AFTER if self.probes == 0 else MIN_CALLS):
+        if self._since < MIN_CALLS or self._busy < PROBE_CALLS * self._gap / BUDGET:
             return False
-        if self._busy < PROBE_CALLS * (self._gap or 0.0) / BUDGET:
-            return False
-        return not self.probes or self._clock() - self._last >= MIN_GAP_S
+        return self._clock() - self._last >= MIN_GAP_S
 
     def record(self, side: str, seconds: float) -> None:
         """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
@@ -158,22 +154,3 @@ class Arbiter:
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
                 "switches": self.switches,
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
-
-
-def saving_from_decisions(decisions: Mapping[str, Any]) -> Optional[float]:
-    """Seconds per forward the kept engines saved over MXNet when the bind measured them, or ``None``.
-
-    ``decisions`` are the measured rule's (:class:`~mx_trt.pipeline.measure.Decision`):
-    the sum, over the subgraphs given an engine, of MXNet's median minus the kept
-    engine's. ``None`` when no kept engine has both timings.
-    """
-    total, found = 0.0, False
-    for d in decisions.values():
-        if d.engine is None or d.native_ms is None:
-            continue
-        eng = d.engine_ms.get(f"{d.engine[0]} {d.engine[1]}")
-        if eng is None:
-            continue
-        total += (d.native_ms - eng) / 1e3
-        found = True
-    return total if found else None

@@ -65,16 +65,12 @@ class RuntimeCheck:
     Args:
         make_twin: ``make_twin(executor)`` binds MXNet's own executor of the original
             symbol for ``executor``'s input shapes (raises on failure).
-        saving_s: Seconds per forward the engines saved when the bind measured them
-            (:func:`~mx_trt.runtime.arbiter.saving_from_decisions`), or ``None``.
         name: Used in log lines.
     """
 
-    def __init__(self, make_twin: Callable[[Any], Any], saving_s: Optional[float] = None,
-                 name: str = "executor") -> None:
-        self.arbiter = Arbiter(ENGINES, saving_s, name=name)
+    def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor") -> None:
+        self.arbiter = Arbiter(ENGINES, name=name)
         self._make_twin = make_twin
-        self._saving = saving_s
         self._name = name
         self.twin: Any = None
         self._copied: List[str] = []
@@ -129,7 +125,7 @@ class RuntimeCheck:
                     logger.debug("%s: reshaping the native twin failed (%s): binding one", self._name, exc)
             return make(exe)
 
-        child = RuntimeCheck(make_twin, self._saving, self._name)
+        child = RuntimeCheck(make_twin, self._name)
         child.off = self.off
         return child
 

@@ -676,6 +676,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "(default: all of benchmarks/bench_models.py)")
     ap.add_argument("--models-batches", default=None, help="comma-separated batch sizes of the models section "
                     "(default 1)")
+    ap.add_argument("--models-runs", type=int, default=None, help="timed rounds per executor and condition in the "
+                    "models section (default bench_models.RUNS; quick 3)")
     ap.add_argument("--models-busy", action="store_true", help="in the models section, also time every executor "
                     "with one core kept busy")
     ap.add_argument("--seed", type=int, default=0)
@@ -737,7 +739,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         names = args.thirdparty.split(",") if args.thirdparty else (
             bench_models.QUICK if args.quick else tuple(bench_models._builders()))
         res["models"] = bench_models.bench_models(
-            names, 3 if args.quick else bench_models.RUNS,
+            names, args.models_runs or (3 if args.quick else bench_models.RUNS),
             batches=tuple(int(b) for b in args.models_batches.split(",")) if args.models_batches else (1,),
             busy=args.models_busy)
     if "int8" in only:

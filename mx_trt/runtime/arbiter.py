@@ -17,7 +17,9 @@ forward waits for its outputs anyway), and now and then the next
 :data:`PROBE_CALLS` forwards go to the other side (a *probe*; its first call only
 wakes that side and is not compared). The other side takes over when the median
 of its probe is at most :data:`KEEP_BELOW` of the median of the current side's
-last :data:`WINDOW` forwards.
+last :data:`WINDOW` forwards, and a switch is checked by the next probe soon after
+(:data:`MIN_CALLS` forwards, :data:`MIN_GAP_S`). The executor's first
+:data:`WARMUP` forwards are not compared.
 
 What probing costs is bounded: serving a forward with the slower side costs the
 difference of the two, so the next probe waits until the forwards since the last
@@ -55,6 +57,9 @@ WINDOW = 5
 MIN_CALLS = 8
 #: Timed forwards of the first side before the first probe.
 FIRST_AFTER = 4
+#: The executor's first forwards, not compared: allocations, first-run kernel choices (Faster R-CNN's
+#: engine ran its first forwards far slower than the next, and a window holding them made it lose).
+WARMUP = 2
 #: Seconds between probes at least.
 MIN_GAP_S = 0.5
 #: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
@@ -88,6 +93,7 @@ class Arbiter:
         self._probe: List[float] = []
         self._since = 0
         self._busy = 0.0
+        self._warmup = WARMUP
         self._last = clock()
         self.probes = 0
         self.switches = 0
@@ -114,6 +120,9 @@ class Arbiter:
     def record(self, side: str, seconds: float) -> None:
         """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
         self.served[side] = self.served.get(side, 0) + 1
+        if side == self.current and self._warmup:
+            self._warmup -= 1
+            return
         if side == self.current:
             self._window.append(seconds)
             self._since += 1
@@ -137,13 +146,15 @@ class Arbiter:
         self.probes += 1
         self.medians[self.other], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:
-            logger.info("mx_trt: %s: %s now serve its forwards (%.2f ms against %.2f ms for %s, medians of its "
-                        "latest forwards)", self.name, "the engines" if self.other == ENGINES else "native MXNet",
+            logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "
+                        "forwards)", self.name,
+                        "the engines now serve" if self.other == ENGINES else "native MXNet now serves",
                         probe * 1e3, current * 1e3, "the engines" if self.current == ENGINES else "native MXNet")
             self.current = self.other
             self.switches += 1
             self._window = deque(self._probe, maxlen=WINDOW)
-            self._gap = current - probe
+            # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
+            self._gap = 0.0
         else:
             self._gap = max(0.0, probe - current)
         self._probe = []

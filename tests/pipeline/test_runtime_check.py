@@ -95,7 +95,7 @@ def test_slow_engines_give_their_forwards_to_native_mxnet(model, monkeypatch, ca
     stats = mx_trt.runtime_stats(exe)
     assert stats["serving"] == NATIVE and stats["switches"] == 1 and stats["off"] is None
     assert stats["median_ms"][ENGINES] > 10 > stats["median_ms"][NATIVE]
-    assert "native MXNet now serve its forwards" in caplog.text
+    assert "native MXNet now serves its forwards" in caplog.text
 
 
 def test_fast_engines_keep_serving(model, monkeypatch):

@@ -51,10 +51,10 @@ def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
 
 def native_share(exe: Any) -> Optional[float]:
     """The share of ``exe``'s inference forwards its native twin served, or ``None``: no run-time check."""
-    check = getattr(exe, "_mx_trt_check", None)
-    if check is None:
+    stats = runtime_stats(exe)
+    if stats is None:
         return None
-    served = check.arbiter.served
+    served = stats["served"]
     total = served[ENGINES] + served[NATIVE]
     return served[NATIVE] / total if total else 0.0
 

@@ -135,13 +135,7 @@ class NativeProcess:
         Raises:
             RuntimeError: the worker died.
         """
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(f"{runs} {warmup}\n")
-            self.proc.stdin.flush()
-            return [float(x) for x in json.loads(self._read())]
-        except (OSError, ValueError) as exc:
-            raise RuntimeError(f"the native MXNet worker failed ({exc}): {self._errors()}") from None
+        return [float(x) for x in self._ask(f"{runs} {warmup}")]
 
     def native_share(self) -> Optional[float]:
         """The share of the worker's forwards that native MXNet served (the run-time check), or ``None``.
@@ -149,13 +143,21 @@ class NativeProcess:
         Raises:
             RuntimeError: the worker died.
         """
+        share = self._ask("stats").get("native_share")
+        return None if share is None else float(share)
+
+    def _ask(self, request: str) -> Any:
+        """The worker's JSON answer to one request line.
+
+        Raises:
+            RuntimeError: the worker died, or answered something that is not JSON.
+        """
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write("stats\n")
+            self.proc.stdin.write(request + "\n")
             self.proc.stdin.flush()
-            share = json.loads(self._read()).get("native_share")
-            return None if share is None else float(share)
-        except (OSError, ValueError, AttributeError) as exc:
+            return json.loads(self._read())
+        except (OSError, ValueError) as exc:
             raise RuntimeError(f"the native MXNet worker failed ({exc}): {self._errors()}") from None
 
     def close(self) -> None:

@@ -1,0 +1,33 @@
+"""The worker process of the equal-threads comparisons (mx_trt.tools.native_process): runs and the check's share."""
+from __future__ import annotations
+
+import mxnet as mx
+import numpy as np
+
+from mx_trt.tools.native_process import NativeProcess
+
+SHAPES = {"data": (1, 3, 8, 8)}
+
+
+def _model():
+    x = mx.sym.Convolution(mx.sym.var("data"), num_filter=4, kernel=(3, 3), name="c")
+    sym = mx.sym.FullyConnected(mx.sym.Activation(x, act_type="relu", name="r"), num_hidden=3, name="fc")
+    exe = sym.simple_bind(mx.cpu(), **SHAPES)
+    rng = np.random.RandomState(0)
+    params = {k: mx.nd.array(rng.uniform(size=v.shape)) for k, v in exe.arg_dict.items() if k != "data"}
+    return sym, params, {"data": rng.uniform(size=SHAPES["data"]).astype("float32")}
+
+
+def test_the_worker_times_forwards_and_reports_what_native_mxnet_served(monkeypatch, tmp_path):
+    sym, params, inputs = _model()
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")  # the suite's engine rule is "always": on by name
+    with NativeProcess(sym, params, SHAPES, inputs, accelerated=True, cache_dir=str(tmp_path)) as acc:
+        assert acc.engines == 1
+        times = acc.run(20, 1)
+        assert len(times) == 20 and all(t > 0 for t in times)
+        share = acc.native_share()
+        # The first probe gave native MXNet at least its three compared forwards.
+        assert share is not None and 3 / 21 <= share <= 1.0
+    with NativeProcess(sym, params, SHAPES, inputs) as native:
+        assert native.engines == 0 and len(native.run(3)) == 3
+        assert native.native_share() is None  # a native bind has no check

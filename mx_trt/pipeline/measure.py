@@ -60,6 +60,13 @@ WARMUP = 1
 #: at two threads, MobileNetV2 batch 1 on OpenVINO: 2.9 ms right after MXNet against 2.2 ms
 #: back to back), a cost that a model run as one engine does not have.
 SETTLE = 1
+#: ... and more of them, until the turn's untimed runs have taken this long (at most :data:`MAX_SETTLE` runs).
+#: An engine's threads that slept while another executor ran take several runs to be back at full speed on a
+#: virtual machine (ONNX Runtime's on MobileNetV2 at batch 1: 4.7-5.0 ms over the first runs of a turn, about
+#: 3.3 ms from the fourth; OpenVINO's 3.0-3.3 against 2.0-2.3 ms): turns of one untimed run measured every
+#: engine in that state, and the decisions chose between engines by it.
+SETTLE_S = 0.02
+MAX_SETTLE = 16
 #: Timed runs of each executor: at least, and at most.
 MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
@@ -67,7 +74,7 @@ SUBGRAPH_SECONDS = 0.2
 #: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides.
 BIND_SECONDS = 10.0
 #: Version of the stored decisions.
-DECISION_FORMAT = 2  # 2: settled turns and the 5% margin of passes.cost.KEEP_BELOW
+DECISION_FORMAT = 3  # 2: settled turns and the 5% margin of passes.cost.KEEP_BELOW; 3: turns settled by time
 
 #: ``(backend name, precision)`` of one candidate engine.
 Candidate = Tuple[str, str]
@@ -194,14 +201,18 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
 
 def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
                    max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-                   clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE) -> List[List[float]]:
+                   clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
+                   settle_s: float = SETTLE_S) -> List[List[float]]:
     """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
-    ``min_runs`` are done. Each round gives every function a turn of ``settle``
-    untimed runs and one timed run (:data:`SETTLE`: what ran before disturbs the
-    first run of a turn), in an order that rotates, so drift (another process)
-    hits every function alike. Cost: ``len(fns) * (warmup + rounds * (settle + 1))`` runs.
+    ``min_runs`` are done. Each round gives every function a turn of untimed
+    runs and one timed run, in an order that rotates, so drift (another process)
+    hits every function alike. The untimed runs of a turn (what ran before
+    disturbs the first runs of a turn) are at least ``settle``, and more until
+    they have taken ``settle_s`` seconds (at most :data:`MAX_SETTLE`); ``settle``
+    0: none. Cost: ``len(fns) * (warmup + rounds * (settle + 1))`` runs, plus
+    ``settle_s`` per turn at most.
     """
     for fn in fns:
         for _ in range(warmup):
@@ -213,8 +224,10 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
         if r >= min_runs and clock() - start >= seconds:
             break
         for i in idx[r % len(idx):] + idx[:r % len(idx)]:
-            for _ in range(settle):
+            t, n = clock(), 0
+            while n < settle or (0 < n < MAX_SETTLE and clock() - t < settle_s):
                 fns[i]()
+                n += 1
             t = clock()
             fns[i]()
             times[i].append((clock() - t) * 1e3)
@@ -223,9 +236,11 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
 
 def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
               max_runs: int = MAX_RUNS, warmup: int = WARMUP,
-              clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE) -> List[float]:
+              clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
+              settle_s: float = SETTLE_S) -> List[float]:
     """Median milliseconds of each of ``fns`` (:func:`alternate_runs`)."""
-    return [statistics.median(t) for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock, settle)]
+    return [statistics.median(t)
+            for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock, settle, settle_s)]
 
 
 #: ``(native forward, [engine forward per candidate], seconds) -> (native ms, [ms per candidate],

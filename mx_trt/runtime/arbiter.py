@@ -17,9 +17,13 @@ forward waits for its outputs anyway), and now and then the next
 :data:`PROBE_CALLS` forwards go to the other side (a *probe*; its first call only
 wakes that side and is not compared). The other side takes over when the median
 of its probe is at most :data:`KEEP_BELOW` of the median of the current side's
-last :data:`WINDOW` forwards, and a switch is checked by the next probe soon after
-(:data:`MIN_CALLS` forwards, :data:`MIN_GAP_S`). The executor's first
-:data:`WARMUP` forwards are not compared.
+last :data:`WINDOW` forwards, and a switch is checked by the next probe after
+:data:`MIN_CALLS` forwards of the new side, however short they are. The
+executor's first :data:`WARMUP` forwards are not compared, and the first probe
+waits until the current side has a full window after them: an engine's first
+forwards can be far slower than the next (ONNX Runtime's on MobileNetV2 at
+batch 1: 6-9 ms for the first four, 3.3-3.9 ms after; Faster R-CNN's engine
+likewise), and a window holding them makes the faster side lose.
 
 What probing costs is bounded: serving a forward with the slower side costs the
 difference of the two, so the next probe waits until the forwards since the last
@@ -28,7 +32,14 @@ the other side was last seen), and for at least
 :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
 at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
 caller spaces them out, and sides that are close, where a change of load is
-likeliest to reverse the order, are compared often. The first probe comes after
+likeliest to reverse the order, are compared often. When the serving side slows
+down after a probe (its median over the window against its median then), the
+other side is taken to be that much closer: ``gap`` shrinks by the slowdown, so
+load that hits the serving side is checked within a window's forwards instead of
+after the wait that the old gap bought (Faster R-CNN: an engine 0.8 s ahead
+waited about 160 s of forwards, while a busy core made it 0.3 s behind). That
+estimate costs more than the budget only when load slows both sides, and the
+probe then measures the new gap. The first probe comes after
 :data:`FIRST_AFTER` forwards, whatever the bind measured: each executor checks the
 bind's decision in its own conditions (the bind's load, its spacing of forwards,
 may not be the executor's).
@@ -55,11 +66,11 @@ PROBE_CALLS = 4
 WINDOW = 5
 #: Timed forwards of the current side between two probes at least.
 MIN_CALLS = 8
-#: Timed forwards of the first side before the first probe.
-FIRST_AFTER = 4
-#: The executor's first forwards, not compared: allocations, first-run kernel choices (Faster R-CNN's
-#: engine ran its first forwards far slower than the next, and a window holding them made it lose).
-WARMUP = 2
+#: Timed forwards of the first side before the first probe: a full window after the warm-up.
+FIRST_AFTER = WINDOW
+#: The executor's first forwards, not compared: allocations, first-run kernel choices, thread pools
+#: starting (Faster R-CNN's engine, ONNX Runtime's on MobileNetV2: the first few far slower than the next).
+WARMUP = 3
 #: Seconds between probes at least.
 MIN_GAP_S = 0.5
 #: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
@@ -89,6 +100,8 @@ class Arbiter:
         self._clock = clock
         self._window: Deque[float] = deque(maxlen=WINDOW)
         self._gap = 0.0  # how much slower the other side was at the last probe (s)
+        self._ref: Optional[float] = None  # the current side's median at the last probe (s)
+        self._recheck = False  # the last probe switched sides: the next one checks that soon
         self._probe_left = 0
         self._probe: List[float] = []
         self._since = 0
@@ -113,9 +126,21 @@ class Arbiter:
     def _due(self) -> bool:
         if self.probes == 0:
             return self._since >= FIRST_AFTER
-        if self._since < MIN_CALLS or self._busy < PROBE_CALLS * self._gap / BUDGET:
+        if self._since < MIN_CALLS:
+            return False
+        if self._recheck:
+            return True
+        if self._busy < PROBE_CALLS * self.expected_gap() / BUDGET:
             return False
         return self._clock() - self._last >= MIN_GAP_S
+
+    def expected_gap(self) -> float:
+        """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,
+        less how much the current side has slowed down since (the other side assumed unchanged)."""
+        if self._gap <= 0.0 or self._ref is None or not self._window:
+            return max(0.0, self._gap)
+        slowed = statistics.median(self._window) - self._ref
+        return max(0.0, self._gap - max(0.0, slowed))
 
     def record(self, side: str, seconds: float) -> None:
         """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
@@ -154,9 +179,9 @@ class Arbiter:
             self.switches += 1
             self._window = deque(self._probe, maxlen=WINDOW)
             # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
-            self._gap = 0.0
+            self._gap, self._ref, self._recheck = 0.0, probe, True
         else:
-            self._gap = max(0.0, probe - current)
+            self._gap, self._ref, self._recheck = max(0.0, probe - current), current, False
         self._probe = []
         self._since, self._busy, self._last = 0, 0.0, self._clock()
 

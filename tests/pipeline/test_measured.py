@@ -260,7 +260,7 @@ def test_each_turn_settles_before_its_timed_run():
         return run
 
     med = measure.alternate([fn("native", 10, 0.0), fn("engine", 5, 4.0)], seconds=0.0, min_runs=4, warmup=0,
-                            clock=lambda: now[0])
+                            clock=lambda: now[0], settle_s=0.0)
     assert med == pytest.approx([10.0, 5.0])  # without settling, 7 ms (below)
     assert calls[:4] == ["native", "native", "engine", "engine"] and len(calls) == 4 * 2 * (1 + measure.SETTLE)
     calls.clear()
@@ -268,6 +268,35 @@ def test_each_turn_settles_before_its_timed_run():
     unsettled = measure.alternate([fn("native", 10, 0.0), fn("engine", 5, 4.0)], seconds=0.0, min_runs=4,
                                   warmup=0, clock=lambda: now[0], settle=0)
     assert unsettled[1] == pytest.approx(7.0)  # half its timed runs follow MXNet: median of 9, 5, 9, 5
+
+
+def test_turns_settle_for_a_time_not_only_a_run():
+    """An engine back at full speed only after a few runs of its turn (its threads slept while MXNet ran)."""
+    now = [0.0]
+    state = {"last": None, "run": 0}
+
+    def fn(name, ms, penalties_ms):
+        def run():
+            state["run"] = state["run"] + 1 if state["last"] == name else 0
+            state["last"] = name
+            k = state["run"]
+            now[0] += (ms + (penalties_ms[k] if k < len(penalties_ms) else 0.0)) / 1e3
+        return run
+
+    def timed(**kw):
+        state.update(last=None, run=0)
+        return measure.alternate([fn("native", 4.5, []), fn("engine", 3.3, [1.7, 1.5, 1.0])], seconds=0.0,
+                                 min_runs=4, warmup=0, clock=lambda: now[0], **kw)
+
+    assert timed(settle=1, settle_s=0.0)[1] > 4.0  # one untimed run: still slow in most turns
+    assert timed()[1] == pytest.approx(3.3)  # SETTLE_S of untimed runs: at full speed
+    assert measure.SETTLE_S / 3.3e-3 < measure.MAX_SETTLE
+
+
+def test_settling_is_bounded_for_tiny_subgraphs():
+    calls = []
+    measure.alternate([lambda: calls.append(1)], seconds=0.0, min_runs=2, warmup=0, clock=lambda: 0.0)
+    assert len(calls) == 2 * (measure.MAX_SETTLE + 1)  # a clock that never moves: MAX_SETTLE untimed runs a turn
 
 
 def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 
 import mx_trt
 from mx_trt.errors import MxTrtError
+from mx_trt.runtime import arbiter as arb
 from mx_trt.runtime.arbiter import ENGINES, NATIVE
 from mx_trt.settings import Settings
 from tests.harness.bindcheck import ATOL, RTOL, conv_relu
@@ -90,8 +91,13 @@ def test_slow_engines_give_their_forwards_to_native_mxnet(model, monkeypatch, ca
     with caplog.at_level(logging.INFO, logger="mx_trt.runtime.arbiter"):
         served = _check_forwards(exe, native, 30)
         served += _check_forwards(exe, native, 10, seed=100, by_kwargs=True)
-    assert served[:4] == [ENGINES] * 4
-    assert served[-20:] == [NATIVE] * 20
+    first = arb.WARMUP + arb.FIRST_AFTER
+    assert served[:first] == [ENGINES] * first
+    # Then MXNet: the first probe, and after it every forward but the probe that checked the switch.
+    recheck = first + arb.PROBE_CALLS + arb.MIN_CALLS
+    assert served[first:recheck] == [NATIVE] * (recheck - first)
+    assert served[recheck:recheck + arb.PROBE_CALLS] == [ENGINES] * arb.PROBE_CALLS
+    assert served[recheck + arb.PROBE_CALLS:] == [NATIVE] * (len(served) - recheck - arb.PROBE_CALLS)
     stats = mx_trt.runtime_stats(exe)
     assert stats["serving"] == NATIVE and stats["switches"] == 1 and stats["off"] is None
     assert stats["median_ms"][ENGINES] > 10 > stats["median_ms"][NATIVE]

@@ -384,10 +384,7 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
     CPU binds under the measured engine rule. Never without an engine or without
     MXNet's own bind to make the native twin.
     """
-    on = request.settings.runtime_check
-    if on is None:
-        on = request.ctx is not None and request.ctx.device_type == "cpu" and request.settings.engine_rule == "measured"
-    if not on or not info.engines or request.native_bind is None:
+    if not request.checked or not info.engines:
         return None
     outputs = request.symbol.list_outputs()
     name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")

@@ -64,3 +64,13 @@ class BindRequest:
         if self.ctx is None or self.ctx.device_type == "cpu":
             return -1
         return int(self.ctx.device_id)
+
+    @property
+    def checked(self) -> bool:
+        """Whether the executor's engines will be compared with native MXNet on its own forwards
+        (:mod:`mx_trt.runtime.arbiter`), if it gets any: ``settings.runtime_check``, whose auto
+        (``None``) means CPU binds under the measured engine rule; never without MXNet's own bind."""
+        on = self.settings.runtime_check
+        if on is None:
+            on = self.ctx is not None and self.ctx.device_type == "cpu" and self.settings.engine_rule == "measured"
+        return bool(on) and self.native_bind is not None

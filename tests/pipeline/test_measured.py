@@ -89,6 +89,28 @@ def test_faster_engine_is_kept(monkeypatch, measured):
     assert "3.00x faster" in decision.text
 
 
+def test_a_near_tie_goes_to_the_engine_of_a_whole_model_under_the_run_time_check(monkeypatch, measured):
+    """The check (on by default for CPU binds under this rule) compares that engine with MXNet on the executor's
+    forwards, so the bind's 5% margin is not needed; with the check off it is."""
+    info = _run(monkeypatch, StubTimer(3.0, [2.94]))
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("onnxruntime", "fp32") and len(info.engines) == 1
+    assert "1.02x faster" in decision.text and "near tie" in decision.text
+    info = _run(monkeypatch, StubTimer(3.0, [2.94]), MXNET_TENSORRT_RUNTIME_CHECK="0")
+    (decision,) = info.decisions.values()
+    assert decision.engine is None and not decision.stored  # its own decision, not the checked bind's
+    assert "engine only 1.02x faster (below 1.05x)" in decision.text
+
+
+def test_a_near_tie_stays_native_beside_native_operators(monkeypatch, measured):
+    """With MXNet operators beside the engine the check compares more than this engine: the usual margin."""
+    info = _run(monkeypatch, StubTimer(3.0, [2.94]), MXNET_TENSORRT_EXCLUDE_OPS="FullyConnected")
+    (decision,) = info.decisions.values()
+    inside, total = info.plan.op_counts()
+    assert inside < total
+    assert decision.engine is None and "below 1.05x" in decision.text
+
+
 def test_fp16_slower_than_fp32_falls_back_to_fp32(monkeypatch, measured, tmp_path):
     # Candidates in order: the precision asked for, then fp32.
     info = _run(monkeypatch, StubTimer(10.0, [6.0, 5.0]), MXNET_TENSORRT_PRECISION="fp16")

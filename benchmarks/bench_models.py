@@ -187,6 +187,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
 
     from mx_trt.builder import engines
     from mx_trt.runtime.twin import native_share
+    from mx_trt.tools.cli.timing import SETTLE_S, measure
 
     exes: Dict[str, Any] = {}
     infos: Dict[str, Any] = {}
@@ -208,10 +209,13 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         for v, exe in exes.items():
             for _ in range(warmup):
                 _forward(exe)
-        runners: Dict[str, Callable[[], float]] = {v: (lambda e=exe: _forward(e)) for v, exe in exes.items()}
+        # One timed forward after untimed ones (one at least, and more until they took SETTLE_S): the first
+        # forwards of a turn pay for what ran before it (MXNet's spinning OpenMP threads, in any process).
+        runners: Dict[str, Callable[[], float]] = {
+            v: (lambda e=exe: measure(lambda: _forward(e), 1, 1, settle_s=SETTLE_S)[0]) for v, exe in exes.items()}
         for key, worker in workers.items():
             worker.run(0, warmup)
-            runners[key] = lambda w=worker: w.run(1)[0]
+            runners[key] = lambda w=worker: w.run(1, 1, SETTLE_S)[0]
         by_condition: Dict[str, Dict[str, float]] = {}
         order = list(runners)
         try:
@@ -226,7 +230,6 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                         # Rotate the order: MXNet's OpenMP threads spin for a while after a native
                         # forward and slow whatever runs next, so no variant always follows another.
                         for v in order[r % len(order):] + order[:r % len(order)]:
-                            runners[v]()  # settles: the first run after another variant pays for it
                             times[v].append(runners[v]())
                 finally:
                     if helper is not None:

@@ -18,8 +18,9 @@ or after :data:`IDLE_SECONDS` without a request.
 
 Protocol (one line each way): the worker first writes ``ready`` and a JSON
 object (``engines``: the accelerated bind's engine count, ``backends``: their
-backends); then the caller writes ``RUNS WARMUP``, the worker answers a JSON list
-of ``RUNS`` latencies in ms; ``stats`` asks for a JSON object (``native_share``: the
+backends); then the caller writes ``RUNS WARMUP SETTLE_MS``, the worker answers a JSON list
+of ``RUNS`` latencies in ms (after ``WARMUP`` untimed forwards, and more until they took
+``SETTLE_MS``: :func:`~mx_trt.tools.cli.timing.measure`); ``stats`` asks for a JSON object (``native_share``: the
 share of the accelerated executor's forwards that native MXNet served, its run-time
 check, :mod:`mx_trt.runtime.twin`; ``null`` without one); ``quit`` ends it.
 """
@@ -129,13 +130,14 @@ class NativeProcess:
         assert self.proc.stdout is not None
         return self.proc.stdout.readline()
 
-    def run(self, runs: int, warmup: int = 0) -> List[float]:
-        """Latencies (ms) of ``runs`` forwards in the worker, after ``warmup`` untimed ones.
+    def run(self, runs: int, warmup: int = 0, settle_s: float = 0.0) -> List[float]:
+        """Latencies (ms) of ``runs`` forwards in the worker, after ``warmup`` untimed ones
+        (and more, until they took ``settle_s``: :func:`~mx_trt.tools.cli.timing.measure`).
 
         Raises:
             RuntimeError: the worker died.
         """
-        return [float(x) for x in self._ask(f"{runs} {warmup}")]
+        return [float(x) for x in self._ask(f"{runs} {warmup} {settle_s * 1e3:.3f}")]
 
     def native_share(self) -> Optional[float]:
         """The share of the worker's forwards that native MXNet served (the run-time check), or ``None``.
@@ -244,8 +246,8 @@ def _serve(spec_path: str) -> int:
         if line.strip() == "stats":
             print(json.dumps({"native_share": native_share(exe)}), flush=True)
             continue
-        runs, warmup = (int(x) for x in line.split())
-        print(json.dumps(measure(forward, runs, warmup)), flush=True)
+        runs, warmup, settle_ms = line.split()
+        print(json.dumps(measure(forward, int(runs), int(warmup), settle_s=float(settle_ms) / 1e3)), flush=True)
 
 
 if __name__ == "__main__":

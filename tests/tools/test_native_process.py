@@ -30,4 +30,5 @@ def test_the_worker_times_forwards_and_reports_what_native_mxnet_served(monkeypa
         assert share is not None and 3 / 21 <= share <= 1.0
     with NativeProcess(sym, params, SHAPES, inputs) as native:
         assert native.engines == 0 and len(native.run(3)) == 3
+        assert len(native.run(2, 1, 0.02)) == 2  # a turn settled for 20 ms, then two timed forwards
         assert native.native_share() is None  # a native bind has no check

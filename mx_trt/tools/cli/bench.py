@@ -24,7 +24,7 @@ from mx_trt.tools.cli.options import (
     shapes_text,
     with_batch,
 )
-from mx_trt.tools.cli.timing import Progress, forward_fn, latency_stats, measure
+from mx_trt.tools.cli.timing import SETTLE_S, Progress, forward_fn, latency_stats, measure
 from mx_trt.runtime.twin import native_share
 from mx_trt.tools.native_process import NativeProcess, equal_thread_workers
 
@@ -120,8 +120,10 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
 
     All executors are bound first; then ``runs`` timed runs per variant are
     taken in up to :data:`BENCH_ROUNDS` rounds that alternate the variants in a
-    rotating order, each round starting with one untimed run (``warmup`` untimed runs before
-    the first). With ``equal_threads``, native MXNet with ``OMP_NUM_THREADS``
+    rotating order, each variant's turn starting with untimed runs: one at least
+    (``warmup`` in the first round), and more until they took
+    :data:`~mx_trt.tools.cli.timing.SETTLE_S`, so that no variant pays in its
+    median for the OpenMP threads of the variant before it. With ``equal_threads``, native MXNet with ``OMP_NUM_THREADS``
     set to the CPUs this process may use runs in a worker process
     (:class:`~mx_trt.tools.native_process.NativeProcess`) in the same rounds:
     MXNet's thread count is fixed when it is imported. So does the accelerated
@@ -175,10 +177,10 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                 worker = workers.get(name)
                 if worker is not None:
                     progress.phase(f"batch {batch}: {name} ({worker.threads}), round {r + 1}/{rounds}")
-                    times[name] += worker.run(n, warmup if r == 0 else 1)
+                    times[name] += worker.run(n, warmup if r == 0 else 1, SETTLE_S)
                     continue
                 progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
-                times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance)
+                times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance, SETTLE_S)
         served["default"] = native_share(exe)
         if "accelerated equal threads" in workers:
             served["equal threads"] = workers["accelerated equal threads"].native_share()

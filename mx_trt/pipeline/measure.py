@@ -66,6 +66,7 @@ SETTLE = 1
 #: 3.3 ms from the fourth; OpenVINO's 3.0-3.3 against 2.0-2.3 ms): turns of one untimed run measured every
 #: engine in that state, and the decisions chose between engines by it.
 SETTLE_S = 0.02
+#: Untimed runs of one turn at most (tiny subgraphs).
 MAX_SETTLE = 16
 #: Timed runs of each executor: at least, and at most.
 MIN_RUNS, MAX_RUNS = 3, 15
@@ -207,6 +208,16 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
     return run
 
 
+def settle_turn(fn: Callable[[], None], runs: int, seconds: float, clock: Callable[[], float] = time.perf_counter) -> int:
+    """Untimed calls of ``fn`` at the start of a turn: ``runs`` at least, and more until they have taken
+    ``seconds`` (at most :data:`MAX_SETTLE` in all); none when ``runs`` is 0. Returns how many."""
+    t, n = clock(), 0
+    while n < runs or (0 < n < MAX_SETTLE and clock() - t < seconds):
+        fn()
+        n += 1
+    return n
+
+
 def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
                    max_runs: int = MAX_RUNS, warmup: int = WARMUP,
                    clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
@@ -232,10 +243,7 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
         if r >= min_runs and clock() - start >= seconds:
             break
         for i in idx[r % len(idx):] + idx[:r % len(idx)]:
-            t, n = clock(), 0
-            while n < settle or (0 < n < MAX_SETTLE and clock() - t < settle_s):
-                fns[i]()
-                n += 1
+            settle_turn(fns[i], settle, settle_s, clock)
             t = clock()
             fns[i]()
             times[i].append((clock() - t) * 1e3)
@@ -301,11 +309,8 @@ class Measurer:
     def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW) -> str:
         keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
         # MXNet's and the engines' thread counts change what is faster: a decision holds for them only.
-        doc = {"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
-               "cpus": engine_threads(), "threads": self.threads}
-        if keep_below != KEEP_BELOW:
-            doc["keep_below"] = keep_below
-        return make_key(doc)
+        return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
+                         "cpus": engine_threads(), "threads": self.threads, "keep_below": keep_below})
 
     def _stored(self, key: str, name: str) -> Optional[Decision]:
         if self.cache is None:

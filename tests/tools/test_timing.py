@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from mx_trt.pipeline import measure
 from mx_trt.tools.cli import timing
 
 
@@ -30,7 +31,7 @@ def test_a_turn_settles_for_a_time_before_its_timed_runs():
 def test_settling_is_bounded_and_needs_a_warm_up():
     fn, calls = _counter(0.0)
     timing.measure(fn, 1, 1, settle_s=60.0)
-    assert len(calls) == timing.MAX_SETTLE + 1  # a minute of settling asked: MAX_SETTLE untimed runs at most
+    assert len(calls) == measure.MAX_SETTLE + 1  # a minute of settling asked: MAX_SETTLE untimed runs at most
     fn, calls = _counter(0.0)
     timing.measure(fn, 3, 0, settle_s=60.0)
     assert len(calls) == 3  # no warm-up asked: no settling either

@@ -10,6 +10,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 import numpy as np
 
+from mx_trt.pipeline.measure import SETTLE_S as MEASURED_SETTLE_S, settle_turn
+
 logger = logging.getLogger(__name__)
 
 
@@ -57,25 +59,22 @@ class Progress:
             self.stream.flush()
 
 
-#: Seconds of untimed runs a variant's turn starts with in the benchmarks' alternating rounds. After a
-#: forward, MXNet's OpenMP threads spin for several milliseconds (libgomp's default wait policy), in its
-#: own process and beside any other: an engine timed right after MXNet at two threads ran its first two
-#: forwards at 3.5-4.7 ms and the next at 2.0-2.5 ms (MobileNetV2, batch 1, OpenVINO). With one untimed
-#: run, a variant that always follows MXNet's worker in the rounds paid for MXNet's spinning in its median.
-SETTLE_S = 0.02
-#: Untimed runs of one turn at most (tiny models).
-MAX_SETTLE = 50
+#: Seconds of untimed runs a variant's turn starts with in the benchmarks' alternating rounds (the measured
+#: rule's own, :data:`mx_trt.pipeline.measure.SETTLE_S`). After a forward, MXNet's OpenMP threads spin for
+#: several milliseconds (libgomp's default wait policy), in its own process and beside any other: an engine
+#: timed right after MXNet at two threads ran its first two forwards at 3.5-4.7 ms and the next at 2.0-2.5 ms
+#: (MobileNetV2, batch 1, OpenVINO). With one untimed run, a variant that always follows MXNet's worker in the
+#: rounds paid for MXNet's spinning in its median.
+SETTLE_S = MEASURED_SETTLE_S
 
 
 def measure(fn: Callable[[], None], runs: int, warmup: int, tick: Optional[Callable[[], None]] = None,
             settle_s: float = 0.0) -> List[float]:
     """Latencies (ms) of ``runs`` calls of ``fn`` after ``warmup`` untimed calls, and more untimed calls
-    (up to :data:`MAX_SETTLE` in all) until they have taken ``settle_s`` seconds (with ``warmup`` at least 1)."""
-    t0, n = time.perf_counter(), 0
-    while n < warmup or (0 < n < MAX_SETTLE and time.perf_counter() - t0 < settle_s):
-        fn()
-        n += 1
-        if tick and n <= warmup:
+    until they have taken ``settle_s`` seconds (:func:`~mx_trt.pipeline.measure.settle_turn`)."""
+    settle_turn(fn, warmup, settle_s)
+    if tick:
+        for _ in range(warmup):  # the progress bar counts the warm-up asked for
             tick()
     out = []
     for _ in range(runs):

@@ -177,6 +177,11 @@ class _MeasuredRule:
             request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
         self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers,
                                  threads=settings.thread_counts())
+        # An engine holding the whole model is what the run-time check compares with MXNet: a near tie goes
+        # to it (CHECKED_KEEP_BELOW). With native operators or other engines beside it, the usual margin.
+        inside, total = plan.op_counts()
+        whole = request.checked and len(plan.partition.subgraphs) == 1 and inside == total
+        self.keep_below = CHECKED_KEEP_BELOW if whole else KEEP_BELOW
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
@@ -192,11 +197,7 @@ class _MeasuredRule:
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
                                             self.exporter32)
-        # An engine holding the whole model is what the run-time check compares with MXNet: a near tie goes
-        # to it (CHECKED_KEEP_BELOW). With native operators or other engines beside it, the usual margin.
-        inside, total = self.plan.op_counts()
-        whole = self.request.checked and len(self.plan.partition.subgraphs) == 1 and inside == total
-        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, CHECKED_KEEP_BELOW if whole else KEEP_BELOW)
+        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below)
         if chosen is None:
             return decision, None
         engine, source, (backend, precision) = chosen

@@ -52,7 +52,8 @@ from mx_trt.cache import EngineCache
 from mx_trt.cache.fs import remove_tree, stream_digest
 from mx_trt.builder.engines import stored_engine_problem
 from mx_trt.errors import BackendUnavailableError, CacheError, ExportError, MxTrtError, ShapeError
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, guard_forward, register_engine
+from mx_trt.runtime.forward import guard_forward
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, register_engine
 from mx_trt.frontends.hook import disabled, original_simple_bind
 from mx_trt.settings import Settings, engine_options_from_env
 

@@ -57,10 +57,10 @@ from mx_trt.frontends.common import NativeFallback, call_backend, call_settings,
 from mx_trt.pipeline.bind import BindInfo, optimize
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.settings import DATA_NAMES_ENV, masked_subgraph_backend
+from mx_trt.runtime.forward import guard_forward
 from mx_trt.runtime.fused_op import (
     OP_TYPE,
     FusedEngine,
-    guard_forward,
     fused_engine_keys,
     holds_fused_nodes,
     lookup_engine,

@@ -45,7 +45,8 @@ from mx_trt.pipeline.measure import Decision
 from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
-from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, guard_forward
+from mx_trt.runtime.forward import guard_forward
+from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine
 from mx_trt.runtime.twin import RuntimeCheck
 from mx_trt.settings import Settings
 

@@ -180,8 +180,10 @@ class _MeasuredRule:
         # An engine holding the whole model is what the run-time check compares with MXNet: a near tie goes
         # to it (CHECKED_KEEP_BELOW). With native operators or other engines beside it, the usual margin.
         inside, total = plan.op_counts()
-        whole = request.checked and len(plan.partition.subgraphs) == 1 and inside == total
-        self.keep_below = CHECKED_KEEP_BELOW if whole else KEEP_BELOW
+        whole = len(plan.partition.subgraphs) == 1 and inside == total
+        self.keep_below = CHECKED_KEEP_BELOW if whole and request.checked else KEEP_BELOW
+        # The executor of a whole model in one engine runs it on the caller's thread (runtime.direct): time it so.
+        self.direct = whole and device == "cpu"
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
@@ -197,7 +199,7 @@ class _MeasuredRule:
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
                                             self.exporter32)
-        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below)
+        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below, self.direct)
         if chosen is None:
             return decision, None
         engine, source, (backend, precision) = chosen

@@ -48,7 +48,8 @@ from mx_trt.passes.cost import KEEP_BELOW, Timed, choose_measured, graph_macs, w
 from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
-from mx_trt.runtime.fused_op import OP_TYPE, register_engine
+from mx_trt.runtime.direct import DirectForward
+from mx_trt.runtime.fused_op import OP_TYPE, FusedEngine, register_engine
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ BIND_SECONDS = 10.0
 #: them with all of MXNet, so each subgraph keeps :data:`~mx_trt.passes.cost.KEEP_BELOW`.
 CHECKED_KEEP_BELOW = 1.0
 #: Version of the stored decisions.
-DECISION_FORMAT = 3  # 2: settled turns and the 5% margin of passes.cost.KEEP_BELOW; 3: turns settled by time
+DECISION_FORMAT = 4  # 2: settled turns and the 5% margin of passes.cost.KEEP_BELOW; 3: turns settled by time;
+#                       4: a whole model's engine timed on its direct forward
 
 #: ``(backend name, precision)`` of one candidate engine.
 Candidate = Tuple[str, str]
@@ -208,6 +210,24 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
     return run
 
 
+def _direct(run: Callable[[], None], fused: FusedEngine) -> Callable[[], None]:
+    """``run`` (one fused node's executor, from :func:`_bind`) as the executor of a whole model runs it: directly.
+
+    ``run`` itself where :class:`~mx_trt.runtime.direct.DirectForward` does not apply.
+    """
+    exe = run.executor  # type: ignore[attr-defined]
+    plan = DirectForward.plan(exe, [fused])
+    if plan is None:
+        return run
+
+    def direct_run() -> None:
+        plan.forward(exe, {})
+
+    direct_run.executor = exe  # type: ignore[attr-defined]
+    direct_run.fused = fused  # type: ignore[attr-defined]
+    return direct_run
+
+
 def settle_turn(fn: Callable[[], None], runs: int, seconds: float, clock: Callable[[], float] = time.perf_counter) -> int:
     """Untimed calls of ``fn`` at the start of a turn: ``runs`` at least, and more until they have taken
     ``seconds`` (at most :data:`MAX_SETTLE` in all); none when ``runs`` is 0. Returns how many."""
@@ -306,11 +326,13 @@ class Measurer:
         self.timed = 0
         self._macs: Optional[Dict[int, int]] = None
 
-    def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW) -> str:
+    def _decision_key(self, jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW,
+                      direct: bool = False) -> str:
         keys = sorted(f"{b}/{p}/{self.providers[b].cache_key(job)}" for (b, p), job in jobs.items())
         # MXNet's and the engines' thread counts change what is faster: a decision holds for them only.
         return make_key({"kind": "measured-decision", "format": DECISION_FORMAT, "engines": keys,
-                         "cpus": engine_threads(), "threads": self.threads, "keep_below": keep_below})
+                         "cpus": engine_threads(), "threads": self.threads, "keep_below": keep_below,
+                         "direct": direct})
 
     def _stored(self, key: str, name: str) -> Optional[Decision]:
         if self.cache is None:
@@ -342,7 +364,7 @@ class Measurer:
                                                                         else "engine kept"))
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry],
-               jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW
+               jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW, direct: bool = False
                ) -> Tuple[Decision, Optional[Tuple[Engine, str, Candidate]]]:
         """The decision for ``sg`` and, unless MXNet keeps it, its engine, the engine's source and its candidate.
 
@@ -351,11 +373,14 @@ class Measurer:
             keep_below: The engine's time over MXNet's below which it is kept
                 (:func:`~mx_trt.passes.cost.choose_measured`; :data:`CHECKED_KEEP_BELOW` when
                 the run-time check will compare it with MXNet). Part of the stored decision's key.
+            direct: The subgraph is the whole model, whose executor runs its engine on the
+                caller's thread (:class:`~mx_trt.runtime.direct.DirectForward`): the engines are
+                timed that way too. Part of the key.
 
         Raises:
             MxTrtError: every candidate engine failed to build (the subgraph then stays native).
         """
-        key = self._decision_key(jobs, keep_below)
+        key = self._decision_key(jobs, keep_below, direct)
         stored = self._stored(key, sg.name)
         if stored is not None:
             if stored.engine is None:
@@ -381,7 +406,7 @@ class Measurer:
         if self.spent_s >= self.budget_s:
             decision = self._cost_rule(sg, f"measuring budget of {self.budget_s:.0f} s spent", built[0][0])
         else:
-            decision = self._measure(sg, ins, outs, built, key, keep_below)
+            decision = self._measure(sg, ins, outs, built, key, keep_below, direct)
         decision.seconds = time.perf_counter() - t0
         self.spent_s += decision.seconds
         chosen = next(((e, s, c) for c, e, s in built if c == decision.engine), None)
@@ -392,7 +417,8 @@ class Measurer:
         return decision, chosen
 
     def _measure(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry],
-                 built: Sequence[Tuple[Candidate, Engine, str]], key: str, keep_below: float = KEEP_BELOW) -> Decision:
+                 built: Sequence[Tuple[Candidate, Engine, str]], key: str, keep_below: float = KEEP_BELOW,
+                 direct: bool = False) -> Decision:
         import mxnet as mx
 
         sub = subgraph_graph(self.graph, sg.nodes, ins, outs)
@@ -410,7 +436,7 @@ class Measurer:
                                      name=f"{sg.name}_timed")
                 run = _bind(self.native_bind, node, self.ctx, {n: feeds[n] for n in in_names})
                 run.fused = fused  # type: ignore[attr-defined]  # the registry holds it weakly
-                runs.append(run)
+                runs.append(_direct(run, fused) if direct else run)
             seconds = min(SUBGRAPH_SECONDS, max(0.0, self.budget_s - self.spent_s))
             native_ms, engine_ms, ratios = self.timer(native, runs, seconds)
         except Exception as exc:  # MXNet cannot bind or run the subgraph alone: estimate instead

@@ -45,7 +45,7 @@ bind's decision in its own conditions (the bind's load, its spacing of forwards,
 may not be the executor's).
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
-``runtime.fused_op.guard_forward`` runs it (:class:`RuntimeCheck`).
+``runtime.forward.guard_forward`` runs it (:class:`RuntimeCheck`).
 """
 from __future__ import annotations
 

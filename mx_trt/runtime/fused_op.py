@@ -286,6 +286,32 @@ def _host_alloc(shape: Tuple[int, ...], dtype: str) -> Tuple[Any, int]:
     return buf, int(buf.ctypes.data)
 
 
+def run_on_host(fused: FusedEngine, engine: Engine, in_data: List[Any], out_data: List[Any], req: List[str],
+                scratch: Dict[int, Any], layout: Optional[Layout] = None) -> None:
+    """One run of ``engine`` (one of ``fused``'s) over host NDArrays, honouring ``req`` (see :func:`_plan_buffers`).
+
+    A failure is kept as ``fused.last_error`` (typed) and raised: MXNet reports a
+    failed custom operator as its own check failure without the message, so the
+    executor's guarded forward raises the kept one instead.
+    """
+    ins, outs, post = _plan_buffers(in_data, out_data, req, -1, scratch, _host_alloc, layout)
+    with fused.lock:
+        try:
+            engine.run(ins, outs)
+        except Exception as exc:
+            fused.last_error = _typed(fused.name, exc)
+            raise
+        fused.run_count += 1
+    for i, r in post:
+        if r == "null":
+            continue
+        dst = _host_view(data_ptr(out_data[i]), tuple(out_data[i].shape), _dtype_name(out_data[i]))
+        if r == "add":
+            dst += scratch[i][0]
+        else:
+            dst[...] = scratch[i][0]
+
+
 def _register() -> None:
     global _FusedOp
     import mxnet as mx
@@ -306,25 +332,7 @@ def _register() -> None:
             self.scratch = {}
 
         def forward(self, is_train: bool, req: List[str], in_data: List[Any], out_data: List[Any], aux: List[Any]) -> None:
-            fused = self.fused
-            ins, outs, post = _plan_buffers(in_data, out_data, req, -1, self.scratch, _host_alloc, self.layout)
-            with fused.lock:
-                try:
-                    self.engine.run(ins, outs)
-                except Exception as exc:
-                    # MXNet reports a failed custom operator as its own check failure, without
-                    # this message: keep the typed error for the executor's forward to raise.
-                    fused.last_error = _typed(fused.name, exc)
-                    raise
-                fused.run_count += 1
-            for i, r in post:
-                if r == "null":
-                    continue
-                dst = _host_view(data_ptr(out_data[i]), tuple(out_data[i].shape), _dtype_name(out_data[i]))
-                if r == "add":
-                    dst += self.scratch[i][0]
-                else:
-                    dst[...] = self.scratch[i][0]
+            run_on_host(self.fused, self.engine, in_data, out_data, req, self.scratch, self.layout)
 
         def backward(self, req: Any, out_grad: Any, in_data: Any, out_data: Any, in_grad: Any, aux: Any) -> None:
             raise MxTrtError("mx_trt fused nodes are inference-only; bind with grad_req='null'")
@@ -455,83 +463,6 @@ def _typed(name: str, exc: BaseException) -> MxTrtError:
     err = EngineRunError(f"{name}: {type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
-
-
-def take_error(engines: Sequence[FusedEngine]) -> Optional[MxTrtError]:
-    """The first recorded run error of ``engines``, cleared on every one of them."""
-    found: Optional[MxTrtError] = None
-    for f in engines:
-        err, f.last_error = f.last_error, None
-        found = found or err
-    return found
-
-
-def guard_forward(exe: Any, engines: Sequence[FusedEngine], check: Any = None) -> None:
-    """Make ``exe.forward`` raise the typed error of a fused node that failed, instead of MXNet's check failure.
-
-    MXNet runs a custom operator asynchronously and reports its failure later, at
-    the first read of an output, as an ``MXNetError`` that has lost the
-    operator's message. The guarded ``forward`` waits for the outputs (a caller
-    reads them next anyway), and raises the node's :class:`EngineRunError` (or
-    other typed error) from there. ``exe.reshape`` gives guarded executors too,
-    and raises the typed error of a fused node that cannot take the new shapes
-    (no engine can be made for them) instead of MXNet's failed shape inference.
-    The executor keeps working: the next forward runs again.
-
-    With ``check`` (a :class:`~mx_trt.runtime.twin.RuntimeCheck`), each inference
-    forward (``is_train=False``) is served by the engines or by the executor's
-    native twin, as the check decides from the forwards' own timings
-    (``exe._mx_trt_check``); a reshaped executor gets the check's
-    :meth:`~mx_trt.runtime.twin.RuntimeCheck.reshaped`.
-    """
-    import mxnet as mx
-
-    # The wrappers hold the executor weakly: a cycle through it would keep it, and its
-    # engines, alive until a garbage collection.
-    cls, ref, engines = type(exe), weakref.ref(exe), list(engines)
-
-    def engines_forward(me: Any, is_train: bool, kwargs: Dict[str, Any]) -> Any:
-        outs = cls.forward(me, is_train=is_train, **kwargs)
-        for o in outs:
-            o.wait_to_read()
-        return outs
-
-    def forward(is_train: bool = False, **kwargs: Any) -> Any:
-        me = ref()
-        if me is None:
-            raise MxTrtError("the executor is gone")
-        try:
-            if check is not None and not is_train:
-                return check.forward(me, lambda: engines_forward(me, False, kwargs), kwargs)
-            return engines_forward(me, is_train, kwargs)
-        except mx.base.MXNetError:
-            err = take_error(engines)
-            if err is None:
-                raise
-            raise err from None
-
-    def reshape(*args: Any, **kwargs: Any) -> Any:
-        me = ref()
-        if me is None:
-            raise MxTrtError("the executor is gone")
-        try:
-            new = cls.reshape(me, *args, **kwargs)
-        except mx.base.MXNetError:
-            err = take_error(engines)
-            if err is None:
-                raise
-            raise err from None
-        guard_forward(new, engines, check.reshaped(args, kwargs) if check is not None else None)
-        info = getattr(me, "_mx_trt", None)
-        if info is not None and getattr(new, "_mx_trt", None) is None:
-            new._mx_trt = info
-        return new
-
-    forward.__doc__ = cls.forward.__doc__
-    reshape.__doc__ = cls.reshape.__doc__
-    exe.forward = forward
-    exe.reshape = reshape
-    exe._mx_trt_check = check
 
 
 _registered = False

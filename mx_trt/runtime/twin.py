@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter
+from mx_trt.runtime.direct import wait_to_write, write_inputs
 from mx_trt.runtime.fused_op import data_ptr
 
 logger = logging.getLogger(__name__)
@@ -162,17 +163,8 @@ class RuntimeCheck:
         return twin
 
     def _native_forward(self, exe: Any, twin: Any, kwargs: Mapping[str, Any]) -> List[Any]:
-        import mxnet as mx
-
+        write_inputs(exe, kwargs)  # as MXNet's Executor.forward checks and writes them
         args = exe.arg_dict
-        for name, array in kwargs.items():  # as MXNet's Executor.forward checks and writes them
-            if not isinstance(array, (mx.nd.NDArray, np.ndarray)):
-                raise ValueError("only accept keyword argument of NDArrays and numpy.ndarray")
-            if name not in args:
-                raise TypeError(f"Unknown argument {name}")
-            if args[name].shape != array.shape:
-                raise ValueError(f"Shape not match! Argument {name}, need: {args[name].shape}, received: {array.shape}")
-            args[name][:] = array
         for name in self._copied:
             args[name].copyto(twin.arg_dict[name])
         twin.forward(is_train=False)
@@ -195,8 +187,6 @@ def _host_copy(src: Any, dst: Any) -> None:
     A ``copyto`` is one more operation through MXNet's engine: about 45 us a
     forward at two OpenMP threads, 2% of a 2.5 ms model.
     """
-    from mxnet.base import _LIB, check_call
-
     src.wait_to_read()
-    check_call(_LIB.MXNDArrayWaitToWrite(dst.handle))  # reads of the last forward's outputs still queued
+    wait_to_write(dst)  # reads of the last forward's outputs still queued
     ctypes.memmove(data_ptr(dst), data_ptr(src), int(src.size) * np.dtype(src.dtype).itemsize)

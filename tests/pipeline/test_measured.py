@@ -433,3 +433,34 @@ def test_only_the_chosen_candidate_is_stored_from_memory(monkeypatch, measured):
     cache = EngineCache(os.environ["MXNET_TENSORRT_CACHE_DIR"], max_bytes=0)
     formats = [e.meta["engine"]["format"] for e in cache.entries() if "engine" in e.meta]
     assert formats == ["test-blob"]  # the ONNX Runtime candidate, not chosen, was never stored
+
+
+@pytest.mark.parametrize("beside_native", [False, True])
+def test_engines_are_timed_as_the_executor_will_run_them(monkeypatch, measured, beside_native):
+    """A whole model in one engine runs on the caller's thread (runtime.direct), so it is timed there; an engine
+    beside MXNet operators runs as a custom operator on MXNet's worker, and is timed that way."""
+    import threading
+
+    from mx_trt.builder.backends.onnxruntime import OrtEngine
+
+    threads = []
+    real_run = OrtEngine.run
+
+    def run(self, inputs, outputs):
+        threads.append(threading.get_ident())
+        return real_run(self, inputs, outputs)
+
+    class Timer(StubTimer):
+        def __call__(self, native, engines, seconds):
+            threads.clear()
+            out = super().__call__(native, engines, seconds)
+            self.threads = list(threads)
+            return out
+
+    monkeypatch.setattr(OrtEngine, "run", run)
+    timer = Timer(3.0, [1.0])
+    env = {"MXNET_TENSORRT_EXCLUDE_OPS": "FullyConnected"} if beside_native else {}
+    info = _run(monkeypatch, timer, **env)
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("onnxruntime", "fp32") and timer.threads
+    assert (threading.get_ident() in timer.threads) is not beside_native

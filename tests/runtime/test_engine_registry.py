@@ -18,6 +18,7 @@ import pytest
 
 from mx_trt.errors import EngineRunError, MxTrtError, ShapeError
 from mx_trt.runtime import fused_op
+from mx_trt.runtime.forward import take_error
 from tests.runtime.fake_engine import AffineEngine
 
 SHAPE = (2, 3)
@@ -140,9 +141,9 @@ def test_a_freed_executor_releases_its_engine_without_a_garbage_collection(no_gc
 def test_take_error_returns_the_first_and_clears_all():
     a, b = register("a"), register("b")
     a.last_error, b.last_error = ShapeError("first"), EngineRunError("second")
-    err = fused_op.take_error([a, b])
+    err = take_error([a, b])
     assert isinstance(err, ShapeError) and str(err) == "first"
-    assert a.last_error is None and b.last_error is None and fused_op.take_error([a, b]) is None
+    assert a.last_error is None and b.last_error is None and take_error([a, b]) is None
 
 
 def test_errors_of_a_run_become_typed():

@@ -18,6 +18,7 @@ import pytest
 import mx_trt
 from mx_trt.errors import EngineBuildError, EngineRunError, MxTrtError, ShapeError
 from mx_trt.runtime import fused_op
+from mx_trt.runtime.forward import guard_forward, take_error
 from tests.harness.bindcheck import ATOL, RTOL, SHAPES, bind, conv_relu
 from tests.harness.mxcheck import OP_TOL, random_inputs, random_params, run_native
 from tests.runtime.fake_engine import AffineEngine, native_symbol
@@ -87,7 +88,7 @@ def test_batches_below_the_engines_maximum_run_on_the_same_engine():
     engine = AffineEngine((8, 3, 5), batch_ranges=[(1, 4, 8)])
     fused = register(engine)
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=(8, 3, 5))
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     for batch in (8, 3, 1, 5):
         small = exe.reshape(allow_up_sizing=True, data=(batch, 3, 5))
         inputs = random_inputs({"data": (batch, 3, 5)}, seed=batch)
@@ -118,7 +119,7 @@ def test_a_real_engine_runs_smaller_batches_than_it_was_bound_at(monkeypatch):
 def test_shapes_the_engine_cannot_take_are_a_shape_error():
     fused = register(AffineEngine(SHAPE, batch_ranges=[(1, 4, 8)]))
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     with pytest.raises(ShapeError, match=r"batch 9 is outside the engine's profiles \[\(1, 4, 8\)\]"):
         exe.reshape(allow_up_sizing=True, data=(9, 3, 5))
     with pytest.raises(ShapeError, match="variable batch"):
@@ -138,7 +139,7 @@ def test_another_batch_gets_an_engine_from_the_rebuilder(caplog):
 
     fused.rebuild, fused.rebuild_hint = rebuild, "set MXNET_TENSORRT_MAX_BATCH_SIZE"
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     with caplog.at_level(logging.WARNING, logger=fused_op.__name__):
         big = exe.reshape(allow_up_sizing=True, data=(6, 3, 5))
     assert "batch 6 is not the static engine's batch 4: a new engine was built for it (set MXNET" in caplog.text
@@ -160,7 +161,7 @@ def test_a_failed_rebuild_is_a_typed_error_naming_the_batch():
 
     fused.rebuild = rebuild
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     with pytest.raises(EngineBuildError, match=r"fused: batch 6 is outside the engine's profiles \[\(1, 4, 4\)\], "
                                                r"and no engine can be made for it: the builder ran out of memory"):
         exe.reshape(allow_up_sizing=True, data=(6, 3, 5))
@@ -197,7 +198,7 @@ def test_an_engine_failure_is_raised_as_a_typed_error_and_the_executor_recovers(
     engine = AffineEngine(SHAPE)
     fused = register(engine, name="sg0")
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     engine.fail = RuntimeError("device lost")
     with pytest.raises(EngineRunError, match="sg0: RuntimeError: device lost") as info:
         run(exe, {"data": np.ones(SHAPE, np.float32)})
@@ -218,7 +219,7 @@ def test_without_the_guard_mxnet_loses_the_message():
     engine.fail = RuntimeError("device lost")
     with pytest.raises(mx.base.MXNetError):
         run(exe, {"data": np.ones(SHAPE, np.float32)})
-    err = fused_op.take_error([fused])
+    err = take_error([fused])
     assert isinstance(err, EngineRunError) and "device lost" in str(err)
     assert isinstance(err.__cause__, RuntimeError) and fused.last_error is None
 
@@ -228,7 +229,7 @@ def test_the_guard_passes_its_bind_info_and_itself_on_to_reshaped_executors():
     fused = register(engine)
     exe = fused_symbol(fused).simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
     exe._mx_trt = "info"
-    fused_op.guard_forward(exe, [fused])
+    guard_forward(exe, [fused])
     small = exe.reshape(allow_up_sizing=True, data=(2, 3, 5))
     assert small._mx_trt == "info"
     engine.fail = RuntimeError("late failure")

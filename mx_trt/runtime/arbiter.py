@@ -37,7 +37,10 @@ down after a probe (its median over the window against its median then), the
 other side is taken to be that much closer: ``gap`` shrinks by the slowdown, so
 load that hits the serving side is checked within a window's forwards instead of
 after the wait that the old gap bought (Faster R-CNN: an engine 0.8 s ahead
-waited about 160 s of forwards, while a busy core made it 0.3 s behind). That
+waited about 160 s of forwards, while a busy core made it 0.3 s behind). When
+the serving side has become slower than the other side was at the last probe,
+by the switching margin, the probe comes at once (:meth:`Arbiter.overtaken`),
+without waiting for :data:`MIN_CALLS` forwards since the last one. That
 estimate costs more than the budget only when load slows both sides, and the
 probe then measures the new gap. The first probe comes after
 :data:`FIRST_AFTER` forwards, whatever the bind measured: each executor checks the
@@ -126,6 +129,8 @@ class Arbiter:
     def _due(self) -> bool:
         if self.probes == 0:
             return self._since >= FIRST_AFTER
+        if not self._recheck and self.overtaken():
+            return True
         if self._since < MIN_CALLS:
             return False
         if self._recheck:
@@ -133,6 +138,18 @@ class Arbiter:
         if self._busy < PROBE_CALLS * self.expected_gap() / BUDGET:
             return False
         return self._clock() - self._last >= MIN_GAP_S
+
+    def overtaken(self) -> bool:
+        """The serving side's median, over forwards most of which came after the last probe, is slower than
+        the other side was then by the switching margin: a probe is due now, however recent the last one.
+
+        Without this, load arriving just after a probe would wait :data:`MIN_CALLS`
+        forwards for the next, which on a model of seconds a forward is most of a
+        minute served by the slower side.
+        """
+        if self._ref is None or self._since <= WINDOW // 2 or not self._window:
+            return False
+        return self._ref + max(0.0, self._gap) <= KEEP_BELOW * statistics.median(self._window)
 
     def expected_gap(self) -> float:
         """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,

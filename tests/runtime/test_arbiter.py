@@ -210,3 +210,30 @@ def test_noise_on_the_serving_side_does_not_break_the_budget():
     forward_time = 20000 * lat[ENGINES]
     assert a.switches == 0
     assert extra <= 1.2 * arb.BUDGET * forward_time
+
+
+def test_load_arriving_just_after_a_probe_is_checked_within_a_window():
+    """Faster R-CNN again, with the load arriving right after the first probe: the engines slowing past
+    MXNet's last median brings a probe at once, not after MIN_CALLS forwards of the slower side."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    load = arb.WARMUP + arb.FIRST_AFTER + arb.PROBE_CALLS + 1  # one engine forward after the first probe
+    sides = simulate(a, clock, lambda i, s: 2.05 if s == ENGINES else 2.8, load)
+    assert a.probes == 1 and sides[-1] == ENGINES and sides[-2] == NATIVE
+    sides += simulate(a, clock, lambda i, s: 3.01 if s == ENGINES else 2.8, 30, start=load)
+    first_native = sides.index(NATIVE, load)
+    assert first_native - load <= arb.WINDOW // 2 + 1 < arb.MIN_CALLS
+    assert a.current == NATIVE and a.switches == 1
+
+
+def test_a_serving_side_that_stays_put_is_not_probed_sooner():
+    """Without a slowdown the last probe's gap decides, as before: a tie probed often, a far side rarely."""
+    for other, at_most in ((2.8, 6), (2.06, 10**6)):
+        clock = Clock()
+        a = Arbiter(ENGINES, clock=clock)
+        rng = random.Random(3)
+        sides = simulate(a, clock, lambda i, s: (2.05 if s == ENGINES else other) * rng.uniform(0.97, 1.03), 400)
+        probes_after_first = a.probes - 1
+        assert a.current == ENGINES
+        assert probes_after_first <= at_most
+        assert sides.count(NATIVE) == arb.PROBE_CALLS * a.probes

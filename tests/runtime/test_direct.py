@@ -18,10 +18,9 @@ import mx_trt
 from mx_trt.errors import EngineRunError
 from mx_trt.runtime.direct import DirectForward
 from mx_trt.runtime.forward import guard_forward
-from tests.harness.bindcheck import bind, conv_relu
-from tests.harness.mxcheck import OP_TOL, random_inputs, random_params, run_native
+from tests.harness.mxcheck import OP_TOL, random_inputs, run_native
 from tests.runtime.fake_engine import AffineEngine
-from tests.runtime.test_fused_op import SHAPE, fused_symbol, native, register
+from tests.runtime.test_fused_op import SHAPE, bound_conv_fc, fused_symbol, native, register
 
 RTOL, ATOL = OP_TOL["float32"]
 
@@ -180,10 +179,8 @@ def test_a_reshaped_executor_runs_directly_on_its_own_engine():
 def test_a_whole_model_bound_by_the_pass_runs_directly(monkeypatch):
     """The pass's own engine (ONNX Runtime) holding a whole model: the direct path, compared with MXNet."""
     monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "0")
-    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
     shapes = {"data": (2, 3, 8, 8)}
-    args, aux = random_params(s, shapes)
-    exe, _ = bind(s, shapes, args, aux, random_inputs(shapes), True, monkeypatch)
+    s, args, aux, exe = bound_conv_fc(monkeypatch, shapes)
     info = mx_trt.bind_info(exe)
     assert len(info.engines) == 1 and DirectForward.plan(exe, info.engines) is not None
     before = info.engines[0].run_count

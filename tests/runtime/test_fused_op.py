@@ -48,6 +48,14 @@ def native(inputs, dtype="float32"):
     return run_native(native_symbol(len(inputs)), shapes, {}, {}, inputs, type_dict=type_dict)
 
 
+def bound_conv_fc(monkeypatch, shapes):
+    """A small conv-relu-FC model bound by the pass (its own engine: ONNX Runtime): symbol, args, aux, executor."""
+    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
+    args, aux = random_params(s, shapes)
+    exe, _ = bind(s, shapes, args, aux, random_inputs(shapes), True, monkeypatch)
+    return s, args, aux, exe
+
+
 def test_shape_and_type_inference_follow_the_engine():
     fused = register(AffineEngine(SHAPE, dtype="float16"))
     sym = fused_symbol(fused)
@@ -103,10 +111,7 @@ def test_batches_below_the_engines_maximum_run_on_the_same_engine():
 def test_a_real_engine_runs_smaller_batches_than_it_was_bound_at(monkeypatch):
     """The pass's own engine (ONNX Runtime) with batch profiles: reshape to smaller batches, compared with MXNet."""
     monkeypatch.setenv("MXNET_TENSORRT_MAX_BATCH_SIZE", "8")
-    s = mx.sym.FullyConnected(conv_relu(mx.sym.var("data"), "a"), num_hidden=5, name="fc")
-    shapes = {"data": (8, 3, 8, 8)}
-    args, aux = random_params(s, shapes)
-    exe, _ = bind(s, shapes, args, aux, random_inputs(shapes), True, monkeypatch)
+    s, args, aux, exe = bound_conv_fc(monkeypatch, {"data": (8, 3, 8, 8)})
     fused = mx_trt.bind_info(exe).engines[0]
     for batch in (1, 3):
         small_shapes = {"data": (batch, 3, 8, 8)}

@@ -40,7 +40,11 @@ after the wait that the old gap bought (Faster R-CNN: an engine 0.8 s ahead
 waited about 160 s of forwards, while a busy core made it 0.3 s behind). When
 the serving side has become slower than the other side was at the last probe,
 by the switching margin, the probe comes at once (:meth:`Arbiter.overtaken`),
-without waiting for :data:`MIN_CALLS` forwards since the last one. That
+without waiting for :data:`MIN_CALLS` forwards since the last one. The current
+side's forwards that end within :data:`SETTLE_S` of a probe are not compared:
+in one process, the side that resumes after the other is slowed for a few
+milliseconds by it, and comparing those forwards would make every probe call
+for the next. That
 estimate costs more than the budget only when load slows both sides, and the
 probe then measures the new gap. The first probe comes after
 :data:`FIRST_AFTER` forwards, whatever the bind measured: each executor checks the
@@ -80,6 +84,11 @@ MIN_GAP_S = 0.5
 BUDGET = 0.02
 #: The other side takes over when its probe's median is at most this fraction of the current side's.
 KEEP_BELOW = 0.95
+#: After a probe that did not switch, the current side's forwards that end within this many seconds are not
+#: compared: they pay for the probe (MXNet's OpenMP threads still spinning in the process, the engine's
+#: threads waking; OpenVINO on SqueezeNet at batch 1 and two threads: about 3.5 ms for the first two or three
+#: forwards after MXNet's, 1.7 ms after). Forwards of seconds lose nothing to it.
+SETTLE_S = 0.02
 
 
 class Arbiter:
@@ -108,6 +117,8 @@ class Arbiter:
         self._probe_left = 0
         self._probe: List[float] = []
         self._since = 0
+        self._settle_left = 0.0  # seconds of the current side's forwards after a probe still not compared
+        self._clean = 0  # the current side's forwards compared since the last probe
         self._busy = 0.0
         self._warmup = WARMUP
         self._last = clock()
@@ -147,7 +158,7 @@ class Arbiter:
         forwards for the next, which on a model of seconds a forward is most of a
         minute served by the slower side.
         """
-        if self._ref is None or self._since <= WINDOW // 2 or not self._window:
+        if self._ref is None or self._clean <= WINDOW // 2 or not self._window:
             return False
         return self._ref + max(0.0, self._gap) <= KEEP_BELOW * statistics.median(self._window)
 
@@ -166,9 +177,14 @@ class Arbiter:
             self._warmup -= 1
             return
         if side == self.current:
-            self._window.append(seconds)
             self._since += 1
             self._busy += seconds
+            if self._settle_left > 0.0:
+                self._settle_left -= seconds
+                if self._settle_left >= 0.0:
+                    return  # it ended within SETTLE_S of the probe: it paid for the probe
+            self._window.append(seconds)
+            self._clean += 1
             return
         if not self._probe_left:  # a forward of the other side outside a probe: not ours to compare
             return
@@ -181,7 +197,7 @@ class Arbiter:
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
         self._probe_left, self._probe = 0, []
-        self._since, self._busy, self._last = 0, 0.0, self._clock()
+        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def _settle(self) -> None:
         probe, current = statistics.median(self._probe), statistics.median(self._window)
@@ -197,10 +213,12 @@ class Arbiter:
             self._window = deque(self._probe, maxlen=WINDOW)
             # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
             self._gap, self._ref, self._recheck = 0.0, probe, True
+            self._settle_left = 0.0  # the new side served the probe: nothing to settle
         else:
             self._gap, self._ref, self._recheck = max(0.0, probe - current), current, False
+            self._settle_left = SETTLE_S
         self._probe = []
-        self._since, self._busy, self._last = 0, 0.0, self._clock()
+        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""

@@ -86,8 +86,8 @@ BUDGET = 0.02
 KEEP_BELOW = 0.95
 #: After a probe that did not switch, the current side's forwards that end within this many seconds are not
 #: compared: they pay for the probe (MXNet's OpenMP threads still spinning in the process, the engine's
-#: threads waking; OpenVINO on SqueezeNet at batch 1 and two threads: about 3.5 ms for the first two or three
-#: forwards after MXNet's, 1.7 ms after). Forwards of seconds lose nothing to it.
+#: threads waking; OpenVINO on MobileNetV2 at batch 1 and two threads: 3.5-4.7 ms for the first two forwards
+#: after MXNet's, 2.0-2.5 ms after). Forwards of seconds lose nothing to it.
 SETTLE_S = 0.02
 
 

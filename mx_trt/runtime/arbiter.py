@@ -13,43 +13,58 @@ An accelerated executor therefore keeps a *twin*, MXNet's own executor of the
 symbol the user bound, and an :class:`Arbiter` per executor picks, for each
 inference forward, which of the two serves it. The comparison uses the caller's
 own forwards, in their own spacing and load: every forward is timed (the guarded
-forward waits for its outputs anyway), and now and then the next
-:data:`PROBE_CALLS` forwards go to the other side (a *probe*; its first call only
-wakes that side and is not compared). The other side takes over when the median
-of its probe is at most :data:`KEEP_BELOW` of the median of the current side's
-last :data:`WINDOW` forwards, and a switch is checked by the next probe after
+forward waits for its outputs anyway), and now and then the next forwards go to
+the other side (a *probe*), until :data:`PROBE_CALLS` ``- 1`` of them are
+compared. The other side takes over when the median of those is at most
+:data:`KEEP_BELOW` of the median of the current side's *window*: its latest
+compared forwards, :data:`WINDOW` at least and as many more as took
+:data:`WINDOW_S`, so that a few forwards slowed by something passing cannot move
+a fast model's median. A switch is checked by the next probe after
 :data:`MIN_CALLS` forwards of the new side, however short they are. The
 executor's first :data:`WARMUP` forwards are not compared, and the first probe
-waits until the current side has a full window after them: an engine's first
+waits until :data:`FIRST_AFTER` forwards after them are: an engine's first
 forwards can be far slower than the next (ONNX Runtime's on MobileNetV2 at
 batch 1: 6-9 ms for the first four, 3.3-3.9 ms after; Faster R-CNN's engine
-likewise), and a window holding them makes the faster side lose.
+likewise), and a window holding them makes the faster side lose. The first probe
+comes whatever the bind measured: each executor checks the bind's decision in
+its own conditions (the bind's load, its spacing of forwards, may not be the
+executor's).
+
+Only forwards a side serves once it is *running* are compared. A side starts a
+*run* when it takes over from the other (a probe, the end of one) and when the
+caller resumes after an idle gap of :data:`GAP_S`; its first forward, and the
+forwards that end within :data:`SETTLE_S` of forward time of the run's start, pay
+for what ran before: MXNet's OpenMP threads still spinning in the process,
+another process's that held the cores, the side's own thread pool waking.
+Measured with OpenVINO on MobileNetV2 at batch 1 and two threads (1.6 ms a
+forward), in a process taking turns with others: 3.1-4.2 ms for the four
+forwards after MXNet's, and for the first three of a turn. Compared, those made
+the engines look overtaken, and each probe of the engines, run right after
+MXNet's forwards, made them look slower than MXNet, so a third to a half of the
+forwards went to MXNet at 2.2 ms. Such forwards are held back: when the run goes
+on past :data:`SETTLE_S` they are dropped; when a run that began after an idle
+gap ends sooner (a caller whose forwards are spaced out, each its own run), they
+are what that caller gets, and they are compared; a run begun by a switch of
+sides drops them either way. A probe's first forward is never compared.
 
 What probing costs is bounded: serving a forward with the slower side costs the
 difference of the two, so the next probe waits until the forwards since the last
-one have taken at least ``PROBE_CALLS * gap / BUDGET`` (``gap``: how much slower
-the other side was last seen), and for at least
+one have taken at least ``n * gap / BUDGET`` (``n``: the forwards the last probe
+took; ``gap``: how much slower the other side was then), and for at least
 :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
 at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
 caller spaces them out, and sides that are close, where a change of load is
 likeliest to reverse the order, are compared often. When the serving side slows
-down after a probe (its median over the window against its median then), the
-other side is taken to be that much closer: ``gap`` shrinks by the slowdown, so
-load that hits the serving side is checked within a window's forwards instead of
-after the wait that the old gap bought (Faster R-CNN: an engine 0.8 s ahead
-waited about 160 s of forwards, while a busy core made it 0.3 s behind). When
-the serving side has become slower than the other side was at the last probe,
-by the switching margin, the probe comes at once (:meth:`Arbiter.overtaken`),
-without waiting for :data:`MIN_CALLS` forwards since the last one. The current
-side's forwards that end within :data:`SETTLE_S` of a probe are not compared:
-in one process, the side that resumes after the other is slowed for a few
-milliseconds by it, and comparing those forwards would make every probe call
-for the next. That
-estimate costs more than the budget only when load slows both sides, and the
-probe then measures the new gap. The first probe comes after
-:data:`FIRST_AFTER` forwards, whatever the bind measured: each executor checks the
-bind's decision in its own conditions (the bind's load, its spacing of forwards,
-may not be the executor's).
+down after a probe (its window's median against its median then), the other side
+is taken to be that much closer: ``gap`` shrinks by the slowdown, so load that
+hits the serving side is checked within a window's forwards instead of after the
+wait that the old gap bought (Faster R-CNN: an engine 0.8 s ahead waited about
+160 s of forwards, while a busy core made it 0.3 s behind). That estimate costs
+more than the budget only when load slows both sides, and the probe then
+measures the new gap. When the serving side has become slower than the other
+side was at the last probe, by the switching margin, over a window most of which
+came after that probe, the probe comes at once (:meth:`Arbiter.overtaken`),
+without waiting for :data:`MIN_CALLS` forwards since the last one.
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
 ``runtime.forward.guard_forward`` runs it (:class:`RuntimeCheck`).
@@ -60,21 +75,31 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
 logger = logging.getLogger(__name__)
 
 ENGINES = "engines"
 NATIVE = "native"
 
-#: Forwards the other side serves per probe; the first of them only wakes it (not compared).
+#: Forwards of the other side per probe, when the first :data:`SETTLE_S` of them take no more than one:
+#: the first only wakes it, the others are compared.
 PROBE_CALLS = 4
-#: The current side's latest timed forwards that a probe is compared with.
+#: The current side's latest compared forwards that a probe is compared with: this many at least, and as
+#: many more as took :data:`WINDOW_S` (up to :data:`MAX_WINDOW`), so that a few forwards slowed by
+#: something passing (3 of OpenVINO's on MobileNetV2 at batch 1, 2.6-5.4 ms against 1.7 ms, in a process
+#: that takes turns with others) cannot move the median of a fast model's window.
 WINDOW = 5
+#: Forward time the window spans, when more than :data:`WINDOW` forwards fit in it (s).
+WINDOW_S = 0.05
+#: Forwards in the window at most.
+MAX_WINDOW = 64
 #: Timed forwards of the current side between two probes at least.
 MIN_CALLS = 8
-#: Timed forwards of the first side before the first probe: a full window after the warm-up.
+#: Compared forwards of the first side before the first probe (after the warm-up).
 FIRST_AFTER = WINDOW
+#: Idle seconds between two forwards after which the next starts a new run (its first forwards held back).
+GAP_S = 0.005
 #: The executor's first forwards, not compared: allocations, first-run kernel choices, thread pools
 #: starting (Faster R-CNN's engine, ONNX Runtime's on MobileNetV2: the first few far slower than the next).
 WARMUP = 3
@@ -84,15 +109,82 @@ MIN_GAP_S = 0.5
 BUDGET = 0.02
 #: The other side takes over when its probe's median is at most this fraction of the current side's.
 KEEP_BELOW = 0.95
-#: After a probe that did not switch, the current side's forwards that end within this many seconds are not
-#: compared: they pay for the probe (MXNet's OpenMP threads still spinning in the process, the engine's
-#: threads waking; OpenVINO on MobileNetV2 at batch 1 and two threads: 3.5-4.7 ms for the first two forwards
-#: after MXNet's, 2.0-2.5 ms after). Forwards of seconds lose nothing to it.
+#: Forward time at the start of each run of a side whose forwards are held back: they pay for what ran
+#: before (OpenVINO on MobileNetV2 at batch 1 and two threads, after MXNet's forwards in the process or a
+#: pause: 3.1-4.7 ms for the first 3-4 forwards, 1.6-2.5 ms after). Forwards of seconds lose nothing to it.
 SETTLE_S = 0.02
 
 
+class _Run:
+    """One side's forwards since it started running, its first ones held back; O(held) per forward.
+
+    Args:
+        time_s, count: What the run has served already.
+        resumed: The run starts after an idle gap of the caller's (else: when its side took over).
+    """
+
+    __slots__ = ("time", "count", "held", "resumed")
+
+    def __init__(self, time_s: float = 0.0, count: int = 0, resumed: bool = True) -> None:
+        self.time, self.count, self.resumed = time_s, count, resumed
+        self.held: List[float] = []
+
+    def add(self, seconds: float, resumed: bool) -> List[float]:
+        """The forwards to compare once this one (``seconds``; ``resumed``: after an idle gap) is added.
+
+        A run going on past :data:`SETTLE_S` drops its held forwards. A run that
+        ended sooner hands them over when it had started after an idle gap: they
+        were what the caller gets, each run of its own paying the same start. A
+        run that started when its side took over drops them: they paid for the
+        other side.
+        """
+        out: List[float] = []
+        if resumed and self.count:
+            out = self.held if self.resumed else []
+            self.time, self.count, self.held, self.resumed = 0.0, 0, [], True
+        self.time += seconds
+        self.count += 1
+        if self.count == 1 or self.time < SETTLE_S:
+            self.held.append(seconds)
+        else:
+            self.held = []
+            out.append(seconds)
+        return out
+
+
+class _Window:
+    """The latest compared forwards of a side (:data:`WINDOW`, :data:`WINDOW_S`, :data:`MAX_WINDOW`);
+    O(1) amortised per forward, its median O(n log n) once per change."""
+
+    __slots__ = ("times", "total", "_median")
+
+    def __init__(self, times: Iterable[float] = ()) -> None:
+        self.times: Deque[float] = deque()
+        self.total = 0.0
+        self._median: Optional[float] = None
+        for t in times:
+            self.append(t)
+
+    def append(self, seconds: float) -> None:
+        self.times.append(seconds)
+        self.total += seconds
+        while len(self.times) > WINDOW and (len(self.times) > MAX_WINDOW
+                                            or self.total - self.times[0] >= WINDOW_S):
+            self.total -= self.times.popleft()
+        self._median = None
+
+    def median(self) -> float:
+        if self._median is None:
+            self._median = statistics.median(self.times)
+        return self._median
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
 class Arbiter:
-    """The side (:data:`ENGINES` or :data:`NATIVE`) that serves each forward; O(1) per forward.
+    """The side (:data:`ENGINES` or :data:`NATIVE`) that serves each forward; per forward, O(1) but for one
+    median of the window (:data:`MAX_WINDOW` forwards at most) when it changed.
 
     Call :meth:`next_side` before a forward and :meth:`record` with its duration
     after it. Not thread-safe: one executor's forwards are serial, as MXNet's are.
@@ -110,14 +202,17 @@ class Arbiter:
         self.current = first
         self.name = name
         self._clock = clock
-        self._window: Deque[float] = deque(maxlen=WINDOW)
+        self._window = _Window()
         self._gap = 0.0  # how much slower the other side was at the last probe (s)
         self._ref: Optional[float] = None  # the current side's median at the last probe (s)
         self._recheck = False  # the last probe switched sides: the next one checks that soon
-        self._probe_left = 0
-        self._probe: List[float] = []
+        self._probing = False
+        self._probe: List[float] = []  # the probe's compared forwards
+        self._probe_run = _Run()
+        self._probe_calls = PROBE_CALLS  # forwards the last probe took
+        self._run = _Run()  # the current side's
+        self._end = clock()  # when the last forward ended
         self._since = 0
-        self._settle_left = 0.0  # seconds of the current side's forwards after a probe still not compared
         self._clean = 0  # the current side's forwards compared since the last probe
         self._busy = 0.0
         self._warmup = WARMUP
@@ -133,20 +228,20 @@ class Arbiter:
 
     def next_side(self) -> str:
         """The side that serves the next forward (a probe starts here when one is due)."""
-        if self._probe_left == 0 and self._due():
-            self._probe_left, self._probe = PROBE_CALLS, []
-        return self.other if self._probe_left else self.current
+        if not self._probing and self._due():
+            self._probing, self._probe, self._probe_run, self._probe_calls = True, [], _Run(), 0
+        return self.other if self._probing else self.current
 
     def _due(self) -> bool:
         if self.probes == 0:
-            return self._since >= FIRST_AFTER
+            return self._clean >= FIRST_AFTER
         if not self._recheck and self.overtaken():
             return True
         if self._since < MIN_CALLS:
             return False
         if self._recheck:
             return True
-        if self._busy < PROBE_CALLS * self.expected_gap() / BUDGET:
+        if self._busy < self._probe_calls * self.expected_gap() / BUDGET:
             return False
         return self._clock() - self._last >= MIN_GAP_S
 
@@ -158,49 +253,52 @@ class Arbiter:
         forwards for the next, which on a model of seconds a forward is most of a
         minute served by the slower side.
         """
-        if self._ref is None or self._clean <= WINDOW // 2 or not self._window:
+        if self._ref is None or self._clean <= len(self._window) // 2:
             return False
-        return self._ref + max(0.0, self._gap) <= KEEP_BELOW * statistics.median(self._window)
+        return self._ref + max(0.0, self._gap) <= KEEP_BELOW * self._window.median()
 
     def expected_gap(self) -> float:
         """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,
         less how much the current side has slowed down since (the other side assumed unchanged)."""
         if self._gap <= 0.0 or self._ref is None or not self._window:
             return max(0.0, self._gap)
-        slowed = statistics.median(self._window) - self._ref
+        slowed = self._window.median() - self._ref
         return max(0.0, self._gap - max(0.0, slowed))
 
     def record(self, side: str, seconds: float) -> None:
-        """Record that ``side`` served a forward in ``seconds``; a probe's last forward settles it."""
+        """Record that ``side`` served a forward in ``seconds``; the probe's last compared forward settles it."""
         self.served[side] = self.served.get(side, 0) + 1
-        if side == self.current and self._warmup:
-            self._warmup -= 1
-            return
+        now = self._clock()
+        resumed = now - seconds - self._end >= GAP_S
+        self._end = now
         if side == self.current:
+            compared = self._run.add(seconds, resumed)
+            if self._warmup:
+                self._warmup -= 1
+                return
             self._since += 1
             self._busy += seconds
-            if self._settle_left > 0.0:
-                self._settle_left -= seconds
-                if self._settle_left >= 0.0:
-                    return  # it ended within SETTLE_S of the probe: it paid for the probe
-            self._window.append(seconds)
-            self._clean += 1
+            for t in compared:
+                self._window.append(t)
+            self._clean += len(compared)
             return
-        if not self._probe_left:  # a forward of the other side outside a probe: not ours to compare
+        if not self._probing:  # a forward of the other side outside a probe: not ours to compare
             return
-        if self._probe_left < PROBE_CALLS:  # the probe's first forward only woke the side
-            self._probe.append(seconds)
-        self._probe_left -= 1
-        if self._probe_left == 0:
+        self._probe_calls += 1
+        if self._probe_calls == 1:  # the probe's first forward only woke the side
+            self._probe_run = _Run(seconds, 1, resumed=False)
+        else:
+            self._probe.extend(self._probe_run.add(seconds, resumed))
+        if len(self._probe) >= PROBE_CALLS - 1:
             self._settle()
 
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
-        self._probe_left, self._probe = 0, []
+        self._probing, self._probe = False, []
         self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def _settle(self) -> None:
-        probe, current = statistics.median(self._probe), statistics.median(self._window)
+        probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
         self.medians[self.other], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:
@@ -210,14 +308,14 @@ class Arbiter:
                         probe * 1e3, current * 1e3, "the engines" if self.current == ENGINES else "native MXNet")
             self.current = self.other
             self.switches += 1
-            self._window = deque(self._probe, maxlen=WINDOW)
+            self._window = _Window(self._probe)
             # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
             self._gap, self._ref, self._recheck = 0.0, probe, True
-            self._settle_left = 0.0  # the new side served the probe: nothing to settle
+            self._run = self._probe_run  # the new side served the probe: it is running
         else:
             self._gap, self._ref, self._recheck = max(0.0, probe - current), current, False
-            self._settle_left = SETTLE_S
-        self._probe = []
+            self._run = _Run(resumed=False)  # the current side takes over again: a new run
+        self._probing, self._probe = False, []
         self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def stats(self) -> Dict[str, Any]:

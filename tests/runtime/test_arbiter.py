@@ -36,6 +36,29 @@ def simulate(a: Arbiter, clock: Clock, latency, calls: int, start: int = 0, paus
     return sides
 
 
+def held(lat: float, start: float = 0.0, count: int = 0) -> int:
+    """Forwards of ``lat`` seconds back to back held back at the start of a run that has ``count`` forwards
+    taking ``start`` already: the run's first, and those ending within SETTLE_S of its start."""
+    n, t = 0, start
+    while True:
+        t += lat
+        count += 1
+        if not (count == 1 or t < arb.SETTLE_S):
+            return n
+        n += 1
+
+
+def first_probe(lat: float) -> int:
+    """The index of the first probe's first forward, the serving side taking ``lat`` seconds a forward."""
+    return max(arb.WARMUP, held(lat)) + arb.FIRST_AFTER
+
+
+def probe_calls(lat: float) -> int:
+    """Forwards a probe of a side taking ``lat`` seconds a forward lasts, back to back: the first wakes the
+    side, those ending within SETTLE_S of the probe's start pay for the other side, then PROBE_CALLS - 1."""
+    return 1 + held(lat, lat, 1) + arb.PROBE_CALLS - 1
+
+
 @pytest.mark.parametrize("pause", [0.0, 1.0], ids=["back to back", "one a second"])
 def test_faster_engines_keep_serving_and_probes_stay_within_budget(pause):
     """The budget counts the forwards' time, not the pauses between them."""
@@ -59,7 +82,8 @@ def test_slower_engines_give_way_after_the_first_probe():
     lat = {ENGINES: 0.003, NATIVE: 0.002}
     sides = simulate(a, clock, lambda i, s: lat[s], 200)
     assert a.current == NATIVE and a.switches == 1
-    first = arb.WARMUP + arb.FIRST_AFTER  # the first forwards are not compared
+    first = first_probe(lat[ENGINES])  # the first forwards are not compared
+    assert first > arb.WARMUP + arb.FIRST_AFTER  # 3 ms: seven held back at the start
     assert sides[:first] == [ENGINES] * first
     assert sides.index(NATIVE) == first
     assert sides[first:].count(ENGINES) < 20  # only the probes of the engines after the switch
@@ -99,7 +123,8 @@ def test_probes_after_the_first_wait_for_their_budget():
     a = Arbiter(ENGINES, clock=clock)
     sides = simulate(a, clock, lambda i, s: 0.010 if s == ENGINES else 0.060, 3000)
     natives = [i for i, s in enumerate(sides) if s == NATIVE]
-    first = arb.WARMUP + arb.FIRST_AFTER
+    first = first_probe(0.010)
+    assert probe_calls(0.060) == arb.PROBE_CALLS  # 60 ms forwards: no more than the probe's own
     assert natives[:arb.PROBE_CALLS] == list(range(first, first + arb.PROBE_CALLS))
     second = natives[arb.PROBE_CALLS]
     # The first probe found native MXNet 50 ms slower: 4 x 50 ms is 2% of the engines' time until the next.
@@ -128,7 +153,7 @@ def test_the_first_forward_of_a_probe_is_not_compared():
 def test_an_abandoned_probe_leaves_the_current_side():
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)
-    simulate(a, clock, lambda i, s: 0.001, arb.WARMUP + arb.FIRST_AFTER)
+    simulate(a, clock, lambda i, s: 0.001, first_probe(0.001))
     assert a.next_side() == NATIVE
     a.abandon_probe()
     assert a.next_side() == ENGINES
@@ -162,14 +187,15 @@ def test_a_switch_is_checked_by_the_next_probe_soon(scale):
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)
     # A burst of load on the engines' side only while the first probe is compared, then gone.
-    end = arb.WARMUP + arb.FIRST_AFTER + arb.PROBE_CALLS
-    sides = simulate(a, clock, lambda i, s: scale * ((4.0 if i < end else 2.0) if s == ENGINES else 2.8), 40)
+    start = first_probe(scale * 4.0)
+    end = start + probe_calls(scale * 2.8)
+    sides = simulate(a, clock, lambda i, s: scale * ((4.0 if i < end else 2.0) if s == ENGINES else 2.8), 60)
     assert a.switches == 2 and a.current == ENGINES
     # Native MXNet served the first probe and MIN_CALLS forwards; the next probe (the engines) switched back.
-    start = arb.WARMUP + arb.FIRST_AFTER
-    back = start + arb.PROBE_CALLS + arb.MIN_CALLS
+    back = end + arb.MIN_CALLS
     assert sides[start:back] == [NATIVE] * (back - start)
-    assert sides[back:back + arb.PROBE_CALLS + arb.MIN_CALLS] == [ENGINES] * (arb.PROBE_CALLS + arb.MIN_CALLS)
+    again = probe_calls(scale * 2.0) + arb.MIN_CALLS
+    assert sides[back:back + again] == [ENGINES] * again
 
 
 def test_the_serving_side_slowing_down_brings_the_next_probe_sooner():
@@ -259,4 +285,108 @@ def test_forwards_slowed_by_a_probe_do_not_call_for_the_next(slowed):
 
     sides = simulate(a, clock, lat, 2000)
     assert a.switches == 0 and a.current == ENGINES
-    assert sides.count(NATIVE) <= 0.02 * len(sides)
+    quiet_clock = Clock()
+    quiet = Arbiter(ENGINES, clock=quiet_clock)  # the same forwards without the slow ones: the probes the budget buys
+    simulate(quiet, quiet_clock, lambda i, s: (2.12e-3 if s == NATIVE else 1.74e-3) * rng.uniform(0.97, 1.03), 2000)
+    assert a.probes <= quiet.probes
+    extra = sides.count(NATIVE) * (2.12e-3 - 1.74e-3)
+    assert extra <= 1.2 * arb.BUDGET * 2000 * 1.74e-3
+
+
+def turns(a: Arbiter, clock: Clock, latency, count: int, turn_s: float, pause: float):
+    """Forwards in turns of ``turn_s`` seconds of forwards, ``pause`` seconds apart (other work in between);
+    ``latency(k, side)`` is the duration of the turn's k-th forward. Returns the sides served."""
+    sides = []
+    for _ in range(count):
+        clock.t += pause
+        spent, k = 0.0, 0
+        while spent < turn_s:
+            side = a.next_side()
+            dt = latency(k, side)
+            clock.t += dt
+            a.record(side, dt)
+            sides.append(side)
+            spent, k = spent + dt, k + 1
+    return sides
+
+
+def test_turns_whose_first_forwards_are_slow_stay_on_the_faster_engines():
+    """OpenVINO on MobileNetV2 at batch 1 and two threads, in a process that takes turns with others (1.6 ms a
+    forward; 3.2-4.2 ms for the first three of a turn and for the four after MXNet's own; MXNet 2.2 ms): compared,
+    those first forwards made the engines look overtaken, and probes of the engines look slower than MXNet, and
+    a third to a half of the forwards went to MXNet."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    rng = random.Random(5)
+    since_native = [99]
+
+    def lat(k, side):
+        if side == NATIVE:
+            since_native[0] = 0
+            return (2.6e-3 if k == 0 else 2.2e-3) * rng.uniform(0.97, 1.03)
+        since_native[0] += 1
+        slow = k < 3 or since_native[0] <= 4
+        return (rng.uniform(3.2e-3, 4.2e-3) if slow else 1.6e-3 * rng.uniform(0.97, 1.03))
+
+    sides = turns(a, clock, lat, 200, turn_s=0.035, pause=0.05)
+    assert a.current == ENGINES and a.switches == 0
+    # Probes a little longer (each waits out its first 20 ms), their cost near the budget (the first probe's
+    # is not paid from it, and the engines' slow forwards count in its base).
+    extra = sides.count(NATIVE) * (2.2e-3 - 1.6e-3)
+    assert extra <= 1.5 * arb.BUDGET * len(sides) * 1.6e-3
+
+
+def test_spaced_forwards_are_compared_as_the_caller_gets_them():
+    """Each forward its own run (a pause before every one): nothing is held back for good, and an engine that
+    pays a wake-up on every spaced call gives way to MXNet."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    sides = simulate(a, clock, lambda i, s: 0.003 if s == ENGINES else 0.002, 100, pause=0.1)
+    assert a.current == NATIVE and a.switches == 1
+    assert sides.index(NATIVE) <= arb.WARMUP + arb.FIRST_AFTER + 1  # held a forward each, then compared
+    assert a.medians == {ENGINES: pytest.approx(0.003), NATIVE: pytest.approx(0.002)}
+
+
+def test_short_runs_are_compared_whole():
+    """Runs shorter than SETTLE_S (three forwards, then a pause): their forwards are the caller's, compared."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+
+    def lat(k, side):
+        return (0.004 if k == 0 else 0.0025) if side == ENGINES else 0.0015
+
+    turns(a, clock, lat, 40, turn_s=0.008, pause=0.05)
+    assert a.current == NATIVE
+
+
+def test_a_few_forwards_slowed_in_passing_do_not_move_a_fast_models_window():
+    """Three of OpenVINO's forwards on MobileNetV2 at batch 1 slowed by something passing (2.6-5.4 ms against
+    1.7 ms; MXNet 2.3 ms): a window of five would put them in its median and call a probe, which could switch.
+    The window spans WINDOW_S of forwards instead."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    rng = random.Random(2)
+
+    def lat(i, side):
+        if side == NATIVE:
+            return 2.3e-3 * rng.uniform(0.97, 1.03)
+        return (5.4e-3 if i % 300 in (150, 151, 152) else 1.7e-3) * rng.uniform(0.97, 1.03)
+
+    sides = simulate(a, clock, lat, 6000)
+    assert a.switches == 0 and a.current == ENGINES
+    extra = sides.count(NATIVE) * (2.3e-3 - 1.7e-3)
+    assert extra <= 1.2 * arb.BUDGET * 6000 * 1.7e-3
+
+
+def test_the_window_spans_its_time():
+    w = arb._Window()
+    for _ in range(100):
+        w.append(0.001)
+    n = round(arb.WINDOW_S / 0.001)
+    assert n <= len(w) <= n + 1  # the forwards of the last WINDOW_S (a sum of floats: one either way)
+    for _ in range(10):
+        w.append(1.0)
+    assert len(w) == arb.WINDOW and w.median() == 1.0
+    for _ in range(200):
+        w.append(1e-6)
+    assert len(w) == arb.MAX_WINDOW

@@ -246,8 +246,9 @@ class Arbiter:
         return self._clock() - self._last >= MIN_GAP_S
 
     def overtaken(self) -> bool:
-        """The serving side's median, over forwards most of which came after the last probe, is slower than
-        the other side was then by the switching margin: a probe is due now, however recent the last one.
+        """The serving side's median, over forwards most of which came after the last probe, and its latest
+        compared forward are slower than the other side was then by the switching margin: a probe is due now,
+        however recent the last one.
 
         Without this, load arriving just after a probe would wait :data:`MIN_CALLS`
         forwards for the next, which on a model of seconds a forward is most of a
@@ -255,7 +256,9 @@ class Arbiter:
         """
         if self._ref is None or self._clean <= len(self._window) // 2:
             return False
-        return self._ref + max(0.0, self._gap) <= KEEP_BELOW * self._window.median()
+        other = self._ref + max(0.0, self._gap)
+        # The latest forward too: a slow spell that is already over calls for no probe.
+        return other <= KEEP_BELOW * self._window.median() and other <= KEEP_BELOW * self._window.times[-1]
 
     def expected_gap(self) -> float:
         """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,

@@ -45,6 +45,9 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine], check: Any = None) -
     native twin, as the check decides from the forwards' own timings
     (``exe._mx_trt_check``); a reshaped executor gets the check's
     :meth:`~mx_trt.runtime.twin.RuntimeCheck.reshaped`.
+
+    Without engines and ``check``, ``forward`` stays MXNet's own, asynchronous as
+    natively; ``reshape`` still passes the bind's information on.
     """
     import mxnet as mx
 
@@ -95,6 +98,7 @@ def guard_forward(exe: Any, engines: Sequence[FusedEngine], check: Any = None) -
 
     forward.__doc__ = cls.forward.__doc__
     reshape.__doc__ = cls.reshape.__doc__
-    exe.forward = forward
+    if engines or check is not None:
+        exe.forward = forward  # else MXNet's own: nothing to guard, and its forward stays asynchronous
     exe.reshape = reshape
     exe._mx_trt_check = check

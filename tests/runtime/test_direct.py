@@ -189,3 +189,21 @@ def test_a_whole_model_bound_by_the_pass_runs_directly(monkeypatch):
         got = exe.forward(is_train=False, **inputs)[0].asnumpy()
         np.testing.assert_allclose(got, run_native(s, shapes, args, aux, inputs)[0], rtol=1e-4, atol=1e-5)
     assert info.engines[0].run_count == before + 2
+
+
+def test_an_executor_without_engines_keeps_mxnets_own_forward():
+    """Nothing to guard: MXNet's forward, asynchronous as natively; a reshape still carries the bind's info."""
+    x = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(mx.sym.flatten(x), num_hidden=4, name="fc")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
+    exe._mx_trt = "info"
+    guard_forward(exe, [])
+    assert "forward" not in vars(exe) and exe._mx_trt_check is None
+    inputs = random_inputs({"data": SHAPE}, seed=0)
+    exe.copy_params_from({k: mx.nd.ones(v.shape) for k, v in exe.arg_dict.items() if k != "data"})
+    outs = exe.forward(is_train=False, data=mx.nd.array(inputs["data"]))
+    flat = inputs["data"].reshape(SHAPE[0], -1)
+    want = flat @ np.ones((flat.shape[1], 4), "float32") + 1.0  # weights and bias all ones
+    np.testing.assert_allclose(outs[0].asnumpy(), want, rtol=RTOL, atol=ATOL)
+    new = exe.reshape(data=(1,) + SHAPE[1:])
+    assert new._mx_trt == "info" and "forward" not in vars(new)

@@ -196,11 +196,11 @@ def test_an_executor_without_engines_keeps_mxnets_own_forward():
     x = mx.sym.var("data")
     sym = mx.sym.FullyConnected(mx.sym.flatten(x), num_hidden=4, name="fc")
     exe = sym.simple_bind(mx.cpu(), grad_req="null", data=SHAPE)
+    exe.copy_params_from({k: mx.nd.ones(v.shape) for k, v in exe.arg_dict.items() if k != "data"})
     exe._mx_trt = "info"
     guard_forward(exe, [])
     assert "forward" not in vars(exe) and exe._mx_trt_check is None
     inputs = random_inputs({"data": SHAPE}, seed=0)
-    exe.copy_params_from({k: mx.nd.ones(v.shape) for k, v in exe.arg_dict.items() if k != "data"})
     outs = exe.forward(is_train=False, data=mx.nd.array(inputs["data"]))
     flat = inputs["data"].reshape(SHAPE[0], -1)
     want = flat @ np.ones((flat.shape[1], 4), "float32") + 1.0  # weights and bias all ones

@@ -265,6 +265,24 @@ def test_a_serving_side_that_stays_put_is_not_probed_sooner():
         assert sides.count(NATIVE) == arb.PROBE_CALLS * a.probes
 
 
+def slowed_after_native(rng, native_s, engine_s, slowed, slow_s, spread=0.03, turn_start=0):
+    """``latency(k, side)`` of an engine slowed (``slow_s``, within ``spread``) for ``slowed`` forwards after
+    MXNet's and for the first ``turn_start`` of a turn (``k``: the forward's index in its turn); MXNet's
+    ``native_s`` and the engine's ``engine_s`` within 3%."""
+    since_native = [99]
+
+    def lat(k, side):
+        if side == NATIVE:
+            since_native[0] = 0
+            return native_s * rng.uniform(0.97, 1.03)
+        since_native[0] += 1
+        if k < turn_start or since_native[0] <= slowed:
+            return slow_s * rng.uniform(1 - spread, 1 + spread)
+        return engine_s * rng.uniform(0.97, 1.03)
+
+    return lat
+
+
 @pytest.mark.parametrize("slowed", [2, 3, 4])
 def test_forwards_slowed_by_a_probe_do_not_call_for_the_next(slowed):
     """In one process the engine's first forwards after MXNet's are slow (MXNet's OpenMP threads still spin;
@@ -274,14 +292,7 @@ def test_forwards_slowed_by_a_probe_do_not_call_for_the_next(slowed):
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)
     rng = random.Random(0)
-    after_native = [99]
-
-    def lat(i, side):
-        if side == NATIVE:
-            after_native[0] = 0
-            return 2.12e-3 * rng.uniform(0.97, 1.03)
-        after_native[0] += 1
-        return (3.5e-3 if after_native[0] <= slowed else 1.74e-3) * rng.uniform(0.97, 1.03)
+    lat = slowed_after_native(rng, 2.12e-3, 1.74e-3, slowed, 3.5e-3)
 
     sides = simulate(a, clock, lat, 2000)
     assert a.switches == 0 and a.current == ENGINES
@@ -317,16 +328,7 @@ def test_turns_whose_first_forwards_are_slow_stay_on_the_faster_engines():
     a third to a half of the forwards went to MXNet."""
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)
-    rng = random.Random(5)
-    since_native = [99]
-
-    def lat(k, side):
-        if side == NATIVE:
-            since_native[0] = 0
-            return (2.6e-3 if k == 0 else 2.2e-3) * rng.uniform(0.97, 1.03)
-        since_native[0] += 1
-        slow = k < 3 or since_native[0] <= 4
-        return (rng.uniform(3.2e-3, 4.2e-3) if slow else 1.6e-3 * rng.uniform(0.97, 1.03))
+    lat = slowed_after_native(random.Random(5), 2.2e-3, 1.6e-3, 4, 3.7e-3, spread=0.135, turn_start=3)
 
     sides = turns(a, clock, lat, 200, turn_s=0.035, pause=0.05)
     assert a.current == ENGINES and a.switches == 0

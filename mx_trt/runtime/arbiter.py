@@ -32,8 +32,9 @@ executor's).
 
 Only forwards a side serves once it is *running* are compared. A side starts a
 *run* when it takes over from the other (a probe, the end of one) and when the
-caller resumes after an idle gap of :data:`GAP_S`; its first forward, and the
-forwards that end within :data:`SETTLE_S` of forward time of the run's start, pay
+caller resumes after an idle gap of :data:`GAP_S`; its first forward (when
+shorter than :data:`HOLD_BELOW_S`), and the forwards that end within
+:data:`SETTLE_S` of forward time of the run's start, pay
 for what ran before: MXNet's OpenMP threads still spinning in the process,
 another process's that held the cores, the side's own thread pool waking.
 Measured with OpenVINO on MobileNetV2 at batch 1 and two threads (1.6 ms a
@@ -100,6 +101,10 @@ MIN_CALLS = 8
 FIRST_AFTER = WINDOW
 #: Idle seconds between two forwards after which the next starts a new run (its first forwards held back).
 GAP_S = 0.005
+#: A run's first forward is held back only when shorter than this (s): what ran before slows a forward by
+#: some 20 ms (36 ms at twice the time at most, measured), 2% of a forward of a second at most, and a model
+#: of seconds a forward (Faster R-CNN) would otherwise have half its forwards uncompared in turns of two.
+HOLD_BELOW_S = 1.0
 #: The executor's first forwards, not compared: allocations, first-run kernel choices, thread pools
 #: starting (Faster R-CNN's engine, ONNX Runtime's on MobileNetV2: the first few far slower than the next).
 WARMUP = 3
@@ -144,7 +149,7 @@ class _Run:
             self.time, self.count, self.held, self.resumed = 0.0, 0, [], True
         self.time += seconds
         self.count += 1
-        if self.count == 1 or self.time < SETTLE_S:
+        if (self.count == 1 and seconds < HOLD_BELOW_S) or self.time < SETTLE_S:
             self.held.append(seconds)
         else:
             self.held = []

@@ -214,7 +214,8 @@ class Arbiter:
         self._probing = False
         self._probe: List[float] = []  # the probe's compared forwards
         self._probe_run = _Run()
-        self._probe_calls = PROBE_CALLS  # forwards the last probe took
+        self._probe_calls = PROBE_CALLS  # forwards the last settled probe took
+        self._probe_n = 0  # forwards the probe under way has taken
         self._run = _Run()  # the current side's
         self._end = clock()  # when the last forward ended
         self._since = 0
@@ -234,7 +235,7 @@ class Arbiter:
     def next_side(self) -> str:
         """The side that serves the next forward (a probe starts here when one is due)."""
         if not self._probing and self._due():
-            self._probing, self._probe, self._probe_run, self._probe_calls = True, [], _Run(), 0
+            self._probing, self._probe, self._probe_run, self._probe_n = True, [], _Run(), 0
         return self.other if self._probing else self.current
 
     def _due(self) -> bool:
@@ -292,8 +293,8 @@ class Arbiter:
             return
         if not self._probing:  # a forward of the other side outside a probe: not ours to compare
             return
-        self._probe_calls += 1
-        if self._probe_calls == 1:  # the probe's first forward only woke the side
+        self._probe_n += 1
+        if self._probe_n == 1:  # the probe's first forward only woke the side
             self._probe_run = _Run(seconds, 1, resumed=False)
         else:
             self._probe.extend(self._probe_run.add(seconds, resumed))
@@ -308,6 +309,7 @@ class Arbiter:
     def _settle(self) -> None:
         probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
+        self._probe_calls = max(PROBE_CALLS, self._probe_n)
         self.medians[self.other], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "

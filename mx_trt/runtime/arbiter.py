@@ -17,9 +17,10 @@ forward waits for its outputs anyway), and now and then the next forwards go to
 the other side (a *probe*), until :data:`PROBE_CALLS` ``- 1`` of them are
 compared. The other side takes over when the median of those is at most
 :data:`KEEP_BELOW` of the median of the current side's *window*: its latest
-compared forwards, :data:`WINDOW` at least and as many more as took
-:data:`WINDOW_S`, so that a few forwards slowed by something passing cannot move
-a fast model's median. A switch is checked by the next probe after
+compared forwards, :data:`WINDOW` at least (:data:`LONG_WINDOW` when they take
+:data:`HOLD_BELOW_S` or more) and as many more as took :data:`WINDOW_S`, so
+that a few forwards slowed by something passing cannot move a fast model's
+median, and load met by a model of seconds a forward is seen after two. A switch is checked by the next probe after
 :data:`MIN_CALLS` forwards of the new side, however short they are. The
 executor's first :data:`WARMUP` forwards are not compared, and the first probe
 waits until :data:`FIRST_AFTER` forwards after them are: an engine's first
@@ -91,6 +92,10 @@ PROBE_CALLS = 4
 #: something passing (3 of OpenVINO's on MobileNetV2 at batch 1, 2.6-5.4 ms against 1.7 ms, in a process
 #: that takes turns with others) cannot move the median of a fast model's window.
 WINDOW = 5
+#: The window's forwards at least while they take :data:`HOLD_BELOW_S` or more each: what passes in tens of
+#: milliseconds cannot slow a forward of seconds, so two slow forwards in three show load (Faster R-CNN with a
+#: core taken: a window of five cost a third slow forward of 2.9 s before each probe).
+LONG_WINDOW = 3
 #: Forward time the window spans, when more than :data:`WINDOW` forwards fit in it (s).
 WINDOW_S = 0.05
 #: Forwards in the window at most.
@@ -158,7 +163,8 @@ class _Run:
 
 
 class _Window:
-    """The latest compared forwards of a side (:data:`WINDOW`, :data:`WINDOW_S`, :data:`MAX_WINDOW`);
+    """The latest compared forwards of a side (:data:`WINDOW`, :data:`LONG_WINDOW`, :data:`WINDOW_S`,
+    :data:`MAX_WINDOW`);
     O(1) amortised per forward, its median O(n log n) once per change."""
 
     __slots__ = ("times", "total", "_median")
@@ -173,8 +179,9 @@ class _Window:
     def append(self, seconds: float) -> None:
         self.times.append(seconds)
         self.total += seconds
-        while len(self.times) > WINDOW and (len(self.times) > MAX_WINDOW
-                                            or self.total - self.times[0] >= WINDOW_S):
+        least = LONG_WINDOW if seconds >= HOLD_BELOW_S else WINDOW
+        while len(self.times) > least and (len(self.times) > MAX_WINDOW
+                                           or self.total - self.times[0] >= WINDOW_S):
             self.total -= self.times.popleft()
         self._median = None
 

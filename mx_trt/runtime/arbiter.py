@@ -129,14 +129,13 @@ class _Run:
     """One side's forwards since it started running, its first ones held back; O(held) per forward.
 
     Args:
-        time_s, count: What the run has served already.
         resumed: The run starts after an idle gap of the caller's (else: when its side took over).
     """
 
     __slots__ = ("time", "count", "held", "resumed")
 
-    def __init__(self, time_s: float = 0.0, count: int = 0, resumed: bool = True) -> None:
-        self.time, self.count, self.resumed = time_s, count, resumed
+    def __init__(self, resumed: bool = True) -> None:
+        self.time, self.count, self.resumed = 0.0, 0, resumed
         self.held: List[float] = []
 
     def add(self, seconds: float, resumed: bool) -> List[float]:
@@ -220,7 +219,7 @@ class Arbiter:
         self._recheck = False  # the last probe switched sides: the next one checks that soon
         self._probing = False
         self._probe: List[float] = []  # the probe's compared forwards
-        self._probe_run = _Run()
+        self._probe_run = _Run(resumed=False)
         self._probe_calls = PROBE_CALLS  # forwards the last settled probe took
         self._probe_n = 0  # forwards the probe under way has taken
         self._run = _Run()  # the current side's
@@ -242,7 +241,7 @@ class Arbiter:
     def next_side(self) -> str:
         """The side that serves the next forward (a probe starts here when one is due)."""
         if not self._probing and self._due():
-            self._probing, self._probe, self._probe_run, self._probe_n = True, [], _Run(), 0
+            self._probing, self._probe, self._probe_run, self._probe_n = True, [], _Run(resumed=False), 0
         return self.other if self._probing else self.current
 
     def _due(self) -> bool:
@@ -301,10 +300,9 @@ class Arbiter:
         if not self._probing:  # a forward of the other side outside a probe: not ours to compare
             return
         self._probe_n += 1
-        if self._probe_n == 1:  # the probe's first forward only woke the side
-            self._probe_run = _Run(seconds, 1, resumed=False)
-        else:
-            self._probe.extend(self._probe_run.add(seconds, resumed))
+        compared = self._probe_run.add(seconds, resumed)
+        if self._probe_n > 1:  # the probe's first forward only woke the side: never compared
+            self._probe.extend(compared)
         if len(self._probe) >= PROBE_CALLS - 1:
             self._settle()
 

@@ -52,3 +52,13 @@ def shipped_defaults(monkeypatch):
     """No engine rule and no minimum subgraph size set: what a user gets (the measured rule, with the plan cache)."""
     monkeypatch.delenv("MXNET_TENSORRT_ENGINE_RULE", raising=False)
     monkeypatch.delenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", raising=False)
+
+
+@pytest.fixture
+def quick_probes(monkeypatch):
+    """The run-time check holds back no forward time at the start of a run, only its first forward (tests of
+    other things than that: the probes then come after the forwards counted in ``mx_trt.runtime.arbiter``'s
+    constants, at any model speed)."""
+    from mx_trt.runtime import arbiter
+
+    monkeypatch.setattr(arbiter, "SETTLE_S", 0.0)

@@ -32,13 +32,6 @@ def _net():
 
 
 @pytest.fixture
-def quick_probes(monkeypatch):
-    """No forward time held back at the start of a run but its first forward (tests of other things than
-    that: the probes then come after the forwards counted in ``arbiter``'s constants, at any model speed)."""
-    monkeypatch.setattr(arb, "SETTLE_S", 0.0)
-
-
-@pytest.fixture
 def model():
     sym = _net()
     args, aux = random_params(sym, SHAPES, 0)

@@ -411,6 +411,13 @@ def _served(share: Optional[float]) -> str:
     return f" ({share:.0%} native)" if share else ""
 
 
+def _mean_ratio(native: Optional[Dict[str, Any]], accelerated: Optional[Dict[str, Any]]) -> Optional[float]:
+    """Native's mean latency over the accelerated one's, or ``None`` when either is missing."""
+    if not native or not accelerated or not accelerated.get("mean_ms"):
+        return None
+    return native["mean_ms"] / accelerated["mean_ms"]
+
+
 def _ratio(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -526,16 +533,19 @@ def render_tables(res: Dict[str, Any]) -> str:
                 f"{aw:.3f}" + ("" if aw <= TARGET_ACCEL_OVER_WHOLE else " !") if aw else "-",
                 f"{ratios['native/accelerated']:.2f}",
                 _ratio(ratios.get("native_equal_threads/accelerated_equal_threads")),
+                _ratio(_mean_ratio(r["native"], r["accelerated"])), _ratio(_mean_ratio(eq, acc_eq)),
                 f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
                 " / ".join((", ".join(v) or "native") + _served(served.get(k)) for k, v in kept.items()) or "-",
                 f"{r['bind_s']['accelerated']:.1f}",
             ])
         out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated",
                            f"accel {threads}t", "whole model", "accel/whole", "native/accel",
-                           f"native {threads}t/accel {threads}t", "engines (ops)", "kept (default / equal)", "bind s"],
+                           f"native {threads}t/accel {threads}t", "by mean", f"{threads}t by mean", "engines (ops)",
+                           "kept (default / equal)", "bind s"],
                           rows, right_from=3))
-        out.append("! above the target. engines (ops): engines the measured rule kept at default threads (operators "
-                   "in them); kept: their backend and precision at default and at equal threads (n% native: the "
+        out.append("! above the target. by mean: the same ratios of mean latencies (every timed forward counts: "
+                   "probes of the run-time check, a side's stalls). engines (ops): engines the measured rule kept at "
+                   "default threads (operators in them); kept: their backend and precision at default and at equal threads (n% native: the "
                    "share of forwards the run-time check gave native MXNet); "
                    "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")

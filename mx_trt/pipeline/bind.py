@@ -389,7 +389,21 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
         return None
     outputs = request.symbol.list_outputs()
     name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")
-    return RuntimeCheck(lambda exe: native_twin(request, exe), name)
+    return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_whole(info))
+
+
+def measured_whole(info: BindInfo) -> Optional[Tuple[float, float]]:
+    """``(engines, native)``: the seconds a forward took when the measured rule timed the whole executor at
+    this bind or the one that stored the decision, or ``None``: more than one engine, operators left native,
+    or nothing timed."""
+    inside, total = info.plan.op_counts()
+    if len(info.engines) != 1 or inside != total or len(info.decisions) != 1:
+        return None
+    d = next(iter(info.decisions.values()))
+    if d.how != "measured" or d.engine is None or not d.native_ms:
+        return None
+    engine_ms = d.engine_ms.get(f"{d.engine[0]} {d.engine[1]}")
+    return (engine_ms / 1e3, d.native_ms / 1e3) if engine_ms else None
 
 
 def native_twin(request: BindRequest, exe: Any) -> Any:

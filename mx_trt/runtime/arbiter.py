@@ -27,9 +27,12 @@ waits until :data:`FIRST_AFTER` forwards after them are: an engine's first
 forwards can be far slower than the next (ONNX Runtime's on MobileNetV2 at
 batch 1: 6-9 ms for the first four, 3.3-3.9 ms after; Faster R-CNN's engine
 likewise), and a window holding them makes the faster side lose. The first probe
-comes whatever the bind measured: each executor checks the bind's decision in
-its own conditions (the bind's load, its spacing of forwards, may not be the
-executor's).
+then comes whatever the bind measured: each executor checks the bind's decision
+in its own conditions (the bind's load, its spacing of forwards, may not be the
+executor's). Only when the bind timed the whole executor (one engine holding
+every operator) and found the engines well ahead (:data:`SEED_ABOVE`) do its
+timings stand for that first probe: the next waits for its budget, and comes at
+once when the engines' forwards become slower than MXNet's were at the bind.
 
 Only forwards a side serves once it is *running* are compared. A side starts a
 *run* when it takes over from the other (a probe, the end of one) and when the
@@ -50,9 +53,13 @@ are what that caller gets, and they are compared; a run begun by a switch of
 sides drops them either way. A probe's first forward is never compared.
 
 What probing costs is bounded: serving a forward with the slower side costs the
-difference of the two, so the next probe waits until the forwards since the last
-one have taken at least ``n * gap / BUDGET`` (``n``: the forwards the last probe
-took; ``gap``: how much slower the other side was then), and for at least
+difference of the two, and starting it costs what its first forwards took beyond
+its median (a thread pool waking; MXNet's twin bound again and its first
+forward, which prepares its oneDNN primitives: 282 ms against 73 ms after for
+VGG-11 at batch 1). So the next probe waits until the forwards since the last
+one have taken at least ``(start + n * gap) / BUDGET`` (``start``: what starting
+that side cost at its last probe; ``n``: the forwards the last probe took;
+``gap``: how much slower the other side was then), and for at least
 :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
 at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
 caller spaces them out, and sides that are close, where a change of load is
@@ -77,7 +84,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +126,12 @@ MIN_GAP_S = 0.5
 BUDGET = 0.02
 #: The other side takes over when its probe's median is at most this fraction of the current side's.
 KEEP_BELOW = 0.95
+#: A bind that measured the whole executor (one engine holding every operator) and found native MXNet at least
+#: this many times slower lets the first probe wait for its budget like the others, instead of coming after
+#: :data:`FIRST_AFTER` forwards: a twin's first forward (VGG-11 at batch 1: 282 ms against 40 ms for the
+#: engines) is then not paid in the caller's first forwards, and load arriving later still calls a probe at
+#: once (:meth:`Arbiter.overtaken`, against the bind's timings).
+SEED_ABOVE = 1.25
 #: Forward time at the start of each run of a side whose forwards are held back: they pay for what ran
 #: before (OpenVINO on MobileNetV2 at batch 1 and two threads, after MXNet's forwards in the process or a
 #: pause: 3.1-4.7 ms for the first 3-4 forwards, 1.6-2.5 ms after). Forwards of seconds lose nothing to it.
@@ -204,10 +217,13 @@ class Arbiter:
         first: The side that serves first (the bind's decision: the engines).
         clock: Seconds, monotonic (tests pass their own).
         name: Used in log lines.
+        expect: ``(engines, native)``: the seconds a forward of each took when the bind timed the whole
+            executor, or ``None``. With the engines serving first and native MXNet at least
+            :data:`SEED_ABOVE` times slower, they stand for a first probe.
     """
 
     def __init__(self, first: str = ENGINES, clock: Callable[[], float] = time.monotonic,
-                 name: str = "executor") -> None:
+                 name: str = "executor", expect: Optional[Tuple[float, float]] = None) -> None:
         if first not in (ENGINES, NATIVE):
             raise ValueError(f"unknown side {first!r}")
         self.current = first
@@ -222,6 +238,9 @@ class Arbiter:
         self._probe_run = _Run(resumed=False)
         self._probe_calls = PROBE_CALLS  # forwards the last settled probe took
         self._probe_n = 0  # forwards the probe under way has taken
+        self._probe_time = 0.0  # their time, the first forward's included (s)
+        # Per side: what its last settled probe cost beyond its forwards at its median (s).
+        self._overhead: Dict[str, float] = {ENGINES: 0.0, NATIVE: 0.0}
         self._run = _Run()  # the current side's
         self._end = clock()  # when the last forward ended
         self._since = 0
@@ -233,6 +252,9 @@ class Arbiter:
         self.switches = 0
         self.served: Dict[str, int] = {ENGINES: 0, NATIVE: 0}
         self.medians: Dict[str, Optional[float]] = {ENGINES: None, NATIVE: None}
+        self.seeded = False  # the bind's timings stand for a first probe
+        if expect is not None and first == ENGINES and 0.0 < expect[0] and expect[1] >= SEED_ABOVE * expect[0]:
+            self._ref, self._gap, self.seeded = expect[0], expect[1] - expect[0], True
 
     @property
     def other(self) -> str:
@@ -241,19 +263,23 @@ class Arbiter:
     def next_side(self) -> str:
         """The side that serves the next forward (a probe starts here when one is due)."""
         if not self._probing and self._due():
-            self._probing, self._probe, self._probe_run, self._probe_n = True, [], _Run(resumed=False), 0
+            self._probing, self._probe, self._probe_run = True, [], _Run(resumed=False)
+            self._probe_n, self._probe_time = 0, 0.0
         return self.other if self._probing else self.current
 
     def _due(self) -> bool:
         if self.probes == 0:
-            return self._clean >= FIRST_AFTER
+            if self._clean < FIRST_AFTER:
+                return False
+            if not self.seeded:
+                return True
         if not self._recheck and self.overtaken():
             return True
         if self._since < MIN_CALLS:
             return False
         if self._recheck:
             return True
-        if self._busy < self._probe_calls * self.expected_gap() / BUDGET:
+        if self._busy < self.probe_cost() / BUDGET:
             return False
         return self._clock() - self._last >= MIN_GAP_S
 
@@ -271,6 +297,11 @@ class Arbiter:
         other = self._ref + max(0.0, self._gap)
         # The latest forward too: a slow spell that is already over calls for no probe.
         return other <= KEEP_BELOW * self._window.median() and other <= KEEP_BELOW * self._window.times[-1]
+
+    def probe_cost(self) -> float:
+        """What the next probe is expected to cost over the current side serving its forwards (s): its forwards
+        at :meth:`expected_gap` each, and what waking the other side cost at its last probe."""
+        return self._overhead[self.other] + self._probe_calls * self.expected_gap()
 
     def expected_gap(self) -> float:
         """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,
@@ -300,6 +331,7 @@ class Arbiter:
         if not self._probing:  # a forward of the other side outside a probe: not ours to compare
             return
         self._probe_n += 1
+        self._probe_time += seconds
         compared = self._probe_run.add(seconds, resumed)
         if self._probe_n > 1:  # the probe's first forward only woke the side: never compared
             self._probe.extend(compared)
@@ -315,6 +347,9 @@ class Arbiter:
         probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
         self._probe_calls = max(PROBE_CALLS, self._probe_n)
+        # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
+        # forward (MXNet's oneDNN primitives: 282 ms against 73 ms after, VGG-11 at batch 1).
+        self._overhead[self.other] = max(0.0, self._probe_time - self._probe_n * probe)
         self.medians[self.other], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "
@@ -336,5 +371,5 @@ class Arbiter:
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
-                "switches": self.switches,
+                "switches": self.switches, "seeded": self.seeded,
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}

@@ -12,8 +12,10 @@ The twin holds MXNet's own memory for the model while it is bound (activations,
 and oneDNN's reordered weights: about 126 MB for ResNet-50 at batch 1). It is
 dropped again when a probe finds native MXNet at least :data:`RELEASE_ABOVE`
 times slower than the engines, the case where the next probe is far off
-(binding it again costs tens of ms, at that probe); while the two are close it
-stays bound.
+(binding it again costs milliseconds, and its first forward more: MXNet
+prepares its oneDNN primitives, 282 ms against 73 ms after for VGG-11 at
+batch 1; the arbiter counts both in what that probe cost, so the next one waits
+longer); while the two are close it stays bound.
 
 Anything wrong with the twin (MXNet cannot bind the symbol alone, its outputs
 differ in number, shape or type, a forward fails) turns the check off for that
@@ -25,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -67,10 +69,13 @@ class RuntimeCheck:
         make_twin: ``make_twin(executor)`` binds MXNet's own executor of the original
             symbol for ``executor``'s input shapes (raises on failure).
         name: Used in log lines.
+        expect: ``(engines, native)`` seconds a forward of the whole executor took when the bind timed it, or
+            ``None`` (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
     """
 
-    def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor") -> None:
-        self.arbiter = Arbiter(ENGINES, name=name)
+    def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor",
+                 expect: Optional[Tuple[float, float]] = None) -> None:
+        self.arbiter = Arbiter(ENGINES, name=name, expect=expect)
         self._make_twin = make_twin
         self._name = name
         self.twin: Any = None
@@ -80,9 +85,9 @@ class RuntimeCheck:
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
         if self.off is None and self.arbiter.next_side() == NATIVE:
+            t0 = time.perf_counter()  # binding the twin is part of what this probe costs
             twin = self._twin_for(exe)
             if twin is not None:
-                t0 = time.perf_counter()
                 try:
                     outs = self._native_forward(exe, twin, kwargs)
                 except (TypeError, ValueError):  # the caller's inputs: MXNet's own errors, as its forward raises them

@@ -123,6 +123,7 @@ def test_fast_engines_keep_serving(model, monkeypatch, quick_probes):
     twin_forward = []
 
     def slow_twin(request, e, make=mx_trt.pipeline.bind.native_twin):
+        time.sleep(0.05)  # binding it: part of what the probe costs
         twin = make(request, e)
         fwd = twin.forward
 
@@ -141,6 +142,8 @@ def test_fast_engines_keep_serving(model, monkeypatch, quick_probes):
     assert served.count(NATIVE) == len(twin_forward) == 4  # one probe, then the budget holds the next back
     # Native MXNet was far slower: its twin, and the memory it holds, is dropped until the next probe.
     assert check.twin is None
+    # The next probe waits for what this one cost, binding the twin included.
+    assert check.arbiter.probe_cost() >= 0.05 + 3 * 0.01
     check.arbiter._last -= 3600  # the next probe is due: the twin is bound again for it
     check.arbiter._busy += 3600
     served = _check_forwards(exe, native, 10, seed=40)
@@ -260,3 +263,33 @@ def test_a_reshaped_executor_gets_its_own_check_and_twin(model, monkeypatch):
     assert small._mx_trt_check.twin.arg_dict["data"].shape == (1, 3, 8, 8)
     # The parent keeps serving at its own shape.
     assert _check_forwards(exe, native, 3, seed=70) == [NATIVE] * 3
+
+
+def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypatch):
+    """One engine holding every operator, timed by the measured rule: its timings and MXNet's (seconds) go
+    to the check; anything else (operators left native, two engines, the cost rule) gives none."""
+    from types import SimpleNamespace
+
+    from mx_trt.pipeline import bind as pipeline_bind
+    from mx_trt.pipeline.measure import Decision
+
+    measured_whole = pipeline_bind.measured_whole
+
+    def info_of(inside, total, engines, decisions):
+        plan = SimpleNamespace(op_counts=lambda: (inside, total))
+        return SimpleNamespace(plan=plan, engines=[object()] * engines, decisions=decisions)
+
+    timed = Decision("sg0", ("onnxruntime", "fp32"), 7.5, {"onnxruntime fp32": 3.0, "openvino fp32": 2.5})
+    assert measured_whole(info_of(9, 9, 1, {"sg0": timed})) == (0.003, 0.0075)
+    assert measured_whole(info_of(8, 9, 1, {"sg0": timed})) is None  # an operator left native
+    assert measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": timed})) is None
+    assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", ("onnxruntime", "fp32"), how="cost")})) is None
+    assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", None, 7.5, {"onnxruntime fp32": 9.0})})) is None
+
+    # The bind hands them to the executor's check.
+    sym, args, aux = model
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    for expect, seeded in (((0.001, 0.002), True), ((0.001, 0.0011), False), (None, False)):
+        monkeypatch.setattr(pipeline_bind, "measured_whole", lambda info, e=expect: e)
+        exe = _bind(sym, args, aux, monkeypatch)
+        assert exe._mx_trt_check.arbiter.seeded is seeded

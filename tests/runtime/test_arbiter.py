@@ -110,6 +110,74 @@ def test_load_arriving_later_moves_the_forwards_to_native_and_back():
     assert a.current == ENGINES
 
 
+@pytest.mark.parametrize("first_native", [0.010, 0.300], ids=["steady", "twin bound again"])
+def test_what_a_probe_costs_to_start_is_paid_from_the_budget(first_native):
+    """A probe whose side is slow to start (MXNet's twin bound again and its first forward preparing its
+    primitives: 282 ms against 73 ms after, VGG-11 at batch 1) waits for that too: probes after the first
+    cost at most the budget, whatever their first forward costs."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.004, NATIVE: 0.010}
+    state = {"n": 0}
+
+    def latency(i, side):
+        if side == NATIVE:
+            state["n"] += 1
+            return first_native if state["n"] == 1 else lat[NATIVE]
+        state["n"] = 0
+        return lat[ENGINES]
+
+    sides = simulate(a, clock, latency, 60000)
+    assert a.current == ENGINES and a.switches == 0 and a.probes >= 2
+    # Each probe's cost: its forwards' time less what the engines would have taken for them.
+    starts = [i for i in range(1, len(sides)) if sides[i] == NATIVE and sides[i - 1] == ENGINES]
+    per_probe = []
+    for k, start in enumerate(starts):
+        end = sides.index(ENGINES, start)
+        n = end - start
+        per_probe.append(first_native + (n - 1) * lat[NATIVE] - n * lat[ENGINES])
+    forward_time = sum(lat[s] for s in sides) + (first_native - lat[NATIVE]) * len(starts)
+    # The first probe comes whatever it costs; the others are paid from the budget.
+    assert sum(per_probe[1:]) <= arb.BUDGET * forward_time * 1.05
+    assert a.probe_cost() == pytest.approx(per_probe[-1], rel=0.05)
+
+
+def test_the_binds_timings_stand_for_the_first_probe_when_the_engines_are_well_ahead():
+    """VGG-11 at batch 1: the bind timed the engines at 40 ms and MXNet at 73 ms. No probe in the caller's
+    first forwards; the first waits for its budget, and load slowing the engines past MXNet's time calls it
+    at once."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock, expect=(0.040, 0.073))
+    assert a.seeded
+    loaded_from = 400
+
+    def lat(i, side):
+        if side == ENGINES:
+            return 0.090 if i >= loaded_from else 0.040
+        return 0.074
+
+    sides = simulate(a, clock, lat, 1000)
+    first = sides.index(NATIVE)
+    # The budget: four forwards 33 ms slower are 2% of the engines' time before it.
+    assert first * 0.040 >= arb.PROBE_CALLS * 0.033 / arb.BUDGET - 0.040
+    assert first < loaded_from
+    # Load: the engines at 90 ms against MXNet's 73 ms at the bind; a probe within a window, and MXNet serves.
+    probes = [i for i in range(loaded_from, 1000) if sides[i] == NATIVE and sides[i - 1] == ENGINES]
+    assert probes and probes[0] - loaded_from <= arb.LONG_WINDOW + arb.WINDOW
+    assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
+
+
+@pytest.mark.parametrize("expect", [(0.040, 0.045), (0.040, None), None], ids=["close", "native first", "none"])
+def test_the_first_probe_comes_soon_when_the_bind_is_close_or_timed_nothing(expect):
+    clock = Clock()
+    first = NATIVE if expect is not None and expect[1] is None else ENGINES
+    # MXNet serving first: the engines' timings stand for nothing.
+    a = Arbiter(first, clock=clock, expect=(0.040, 0.080) if first == NATIVE else expect)
+    assert not a.seeded
+    sides = simulate(a, clock, lambda i, s: 0.040, 60)
+    assert sides.index(NATIVE if first == ENGINES else ENGINES) == first_probe(0.040)
+
+
 def test_a_near_tie_does_not_flap():
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)

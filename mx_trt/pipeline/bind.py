@@ -45,6 +45,7 @@ from mx_trt.pipeline.measure import Decision
 from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
+from mx_trt.runtime.arbiter import BindTimes
 from mx_trt.runtime.forward import guard_forward
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine
 from mx_trt.runtime.twin import RuntimeCheck
@@ -392,10 +393,9 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
     return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_whole(info))
 
 
-def measured_whole(info: BindInfo) -> Optional[Tuple[float, float]]:
-    """``(engines, native)``: the seconds a forward took when the measured rule timed the whole executor at
-    this bind or the one that stored the decision, or ``None``: more than one engine, operators left native,
-    or nothing timed."""
+def measured_whole(info: BindInfo) -> Optional[BindTimes]:
+    """What the measured rule timed of the whole executor, at this bind or the one that stored the decision
+    (seconds), or ``None``: more than one engine, operators left native, or nothing timed."""
     inside, total = info.plan.op_counts()
     if len(info.engines) != 1 or inside != total or len(info.decisions) != 1:
         return None
@@ -403,7 +403,10 @@ def measured_whole(info: BindInfo) -> Optional[Tuple[float, float]]:
     if d.how != "measured" or d.engine is None or not d.native_ms:
         return None
     engine_ms = d.engine_ms.get(f"{d.engine[0]} {d.engine[1]}")
-    return (engine_ms / 1e3, d.native_ms / 1e3) if engine_ms else None
+    if not engine_ms:
+        return None
+    first = d.native_first_ms / 1e3 if d.native_first_ms is not None else None
+    return BindTimes(engine_ms / 1e3, d.native_ms / 1e3, first)
 
 
 def native_twin(request: BindRequest, exe: Any) -> Any:

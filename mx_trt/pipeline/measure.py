@@ -104,6 +104,8 @@ class Decision:
         text: The decision in words, as logged.
         stored: Read from the plan cache (nothing timed at this bind).
         seconds: Time spent measuring it at this bind (binding its executors and running them; builds excluded).
+        native_first_ms: MXNet's first forward of the subgraph (its kernels and weight layouts set up, in a
+            process that may not have run them before), or ``None``.
     """
 
     subgraph: str
@@ -114,10 +116,12 @@ class Decision:
     text: str = ""
     stored: bool = False
     seconds: float = 0.0
+    native_first_ms: Optional[float] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {"format": DECISION_FORMAT, "engine": list(self.engine) if self.engine else None,
-                "native_ms": self.native_ms, "engine_ms": dict(self.engine_ms), "how": self.how, "text": self.text}
+                "native_ms": self.native_ms, "engine_ms": dict(self.engine_ms), "how": self.how, "text": self.text,
+                "native_first_ms": self.native_first_ms}
 
     @classmethod
     def from_json(cls, name: str, doc: Mapping[str, Any]) -> Optional["Decision"]:
@@ -127,10 +131,11 @@ class Decision:
                 return None
             eng = doc.get("engine")
             engine = (str(eng[0]), str(eng[1])) if eng else None
-            native = doc.get("native_ms")
+            native, first = doc.get("native_ms"), doc.get("native_first_ms")
             return cls(name, engine, float(native) if native is not None else None,
                        {str(k): float(v) for k, v in dict(doc.get("engine_ms") or {}).items()},
-                       str(doc.get("how", "measured")), str(doc.get("text", "")), stored=True)
+                       str(doc.get("how", "measured")), str(doc.get("text", "")), stored=True,
+                       native_first_ms=float(first) if first is not None else None)
         except (TypeError, ValueError, IndexError, AttributeError):
             return None
 
@@ -201,12 +206,18 @@ def _bind(native_bind: Callable[..., Any], sym: Any, ctx: Any, feeds: Mapping[st
         if dst is not None:
             dst[:] = value if isinstance(value, mx.nd.NDArray) else np.asarray(value)
 
+    first: List[float] = []
+
     def run() -> None:
+        t = time.perf_counter()
         exe.forward(is_train=False)
         for o in exe.outputs:
             o.wait_to_read()
+        if not first:
+            first.append((time.perf_counter() - t) * 1e3)
 
     run.executor = exe  # type: ignore[attr-defined]  # keeps the executor alive with the closure
+    run.first_ms = first  # type: ignore[attr-defined]  # its first forward's ms, once it ran
     return run
 
 
@@ -447,8 +458,10 @@ class Measurer:
         best, text = choose_measured(native_ms, timed, keep_below)
         if best is not None and best.over(native_ms) >= KEEP_BELOW:
             text += "; a near tie, which the run-time check settles on the executor's own forwards"
+        first_ms = native.first_ms  # type: ignore[attr-defined]
         decision = Decision(sg.name, (best.backend, best.precision) if best else None, native_ms,
-                            {t.label: t.ms for t in timed}, "measured", text)
+                            {t.label: t.ms for t in timed}, "measured", text,
+                            native_first_ms=first_ms[0] if first_ms else None)
         self._store(key, decision)
         return decision
 

@@ -30,9 +30,11 @@ likewise), and a window holding them makes the faster side lose. The first probe
 then comes whatever the bind measured: each executor checks the bind's decision
 in its own conditions (the bind's load, its spacing of forwards, may not be the
 executor's). Only when the bind timed the whole executor (one engine holding
-every operator) and found the engines well ahead (:data:`SEED_ABOVE`) do its
-timings stand for that first probe: the next waits for its budget, and comes at
-once when the engines' forwards become slower than MXNet's were at the bind.
+every operator), and found the engines well ahead (:data:`SEED_ABOVE`) or timed
+MXNet's first forward too, do its timings stand for that first probe: the next
+waits for its budget, starting MXNet taken to cost its first forward at the
+bind, and comes at once when the engines' forwards become slower than MXNet's
+(or, at a tie, their own) were at the bind.
 
 Only forwards a side serves once it is *running* are compared. A side starts a
 *run* when it takes over from the other (a probe, the end of one) and when the
@@ -55,8 +57,8 @@ sides drops them either way. A probe's first forward is never compared.
 What probing costs is bounded: serving a forward with the slower side costs the
 difference of the two, and starting it costs what its first forwards took beyond
 its median (a thread pool waking; MXNet's twin bound again and its first
-forward, which prepares its oneDNN primitives: 282 ms against 73 ms after for
-VGG-11 at batch 1). So the next probe waits until the forwards since the last
+forward, in which MXNet sets up its oneDNN kernels and weight layouts: 282 ms
+against 73 ms after for VGG-11 at batch 1). So the next probe waits until the forwards since the last
 one have taken at least ``(start + n * gap) / BUDGET`` (``start``: what starting
 that side cost at its last probe; ``n``: the forwards the last probe took;
 ``gap``: how much slower the other side was then), and for at least
@@ -84,7 +86,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +129,21 @@ BUDGET = 0.02
 #: The other side takes over when its probe's median is at most this fraction of the current side's.
 KEEP_BELOW = 0.95
 #: A bind that measured the whole executor (one engine holding every operator) and found native MXNet at least
-#: this many times slower lets the first probe wait for its budget like the others, instead of coming after
-#: :data:`FIRST_AFTER` forwards: a twin's first forward (VGG-11 at batch 1: 282 ms against 40 ms for the
-#: engines) is then not paid in the caller's first forwards, and load arriving later still calls a probe at
-#: once (:meth:`Arbiter.overtaken`, against the bind's timings).
+#: this many times slower, or measured MXNet's first forward too, lets the first probe wait for its budget like
+#: the others, instead of coming after :data:`FIRST_AFTER` forwards: a twin's first forward (VGG-11 at batch 1:
+#: 282 ms against 40 ms for the engines; 250-350 ms for 2-15 ms models in a process that bound from the plan
+#: cache and never ran MXNet) is then not paid in the caller's first forwards, and load arriving later still
+#: calls a probe at once (:meth:`Arbiter.overtaken`, against the bind's timings).
 SEED_ABOVE = 1.25
+
+
+class BindTimes(NamedTuple):
+    """What a bind measured of the whole executor (seconds): a forward of its engines, one of MXNet, and
+    MXNet's first forward (``None``: not measured)."""
+
+    engines: float
+    native: float
+    native_first: Optional[float] = None
 #: Forward time at the start of each run of a side whose forwards are held back: they pay for what ran
 #: before (OpenVINO on MobileNetV2 at batch 1 and two threads, after MXNet's forwards in the process or a
 #: pause: 3.1-4.7 ms for the first 3-4 forwards, 1.6-2.5 ms after). Forwards of seconds lose nothing to it.
@@ -217,13 +229,13 @@ class Arbiter:
         first: The side that serves first (the bind's decision: the engines).
         clock: Seconds, monotonic (tests pass their own).
         name: Used in log lines.
-        expect: ``(engines, native)``: the seconds a forward of each took when the bind timed the whole
-            executor, or ``None``. With the engines serving first and native MXNet at least
-            :data:`SEED_ABOVE` times slower, they stand for a first probe.
+        expect: What the bind measured of the whole executor, or ``None``. With the engines serving first,
+            and native MXNet at least :data:`SEED_ABOVE` times slower or its first forward measured, it
+            stands for a first probe; MXNet's first forward is what starting it is taken to cost.
     """
 
     def __init__(self, first: str = ENGINES, clock: Callable[[], float] = time.monotonic,
-                 name: str = "executor", expect: Optional[Tuple[float, float]] = None) -> None:
+                 name: str = "executor", expect: Optional[BindTimes] = None) -> None:
         if first not in (ENGINES, NATIVE):
             raise ValueError(f"unknown side {first!r}")
         self.current = first
@@ -253,8 +265,11 @@ class Arbiter:
         self.served: Dict[str, int] = {ENGINES: 0, NATIVE: 0}
         self.medians: Dict[str, Optional[float]] = {ENGINES: None, NATIVE: None}
         self.seeded = False  # the bind's timings stand for a first probe
-        if expect is not None and first == ENGINES and 0.0 < expect[0] and expect[1] >= SEED_ABOVE * expect[0]:
-            self._ref, self._gap, self.seeded = expect[0], expect[1] - expect[0], True
+        if expect is not None and first == ENGINES and expect.engines > 0.0:
+            start = None if expect.native_first is None else max(0.0, expect.native_first - expect.native)
+            if start is not None or expect.native >= SEED_ABOVE * expect.engines:
+                self._ref, self._gap, self.seeded = expect.engines, expect.native - expect.engines, True
+                self._overhead[NATIVE] = start or 0.0
 
     @property
     def other(self) -> str:
@@ -348,7 +363,7 @@ class Arbiter:
         self.probes += 1
         self._probe_calls = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
-        # forward (MXNet's oneDNN primitives: 282 ms against 73 ms after, VGG-11 at batch 1).
+        # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1).
         self._overhead[self.other] = max(0.0, self._probe_time - self._probe_n * probe)
         self.medians[self.other], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:

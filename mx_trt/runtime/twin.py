@@ -12,10 +12,10 @@ The twin holds MXNet's own memory for the model while it is bound (activations,
 and oneDNN's reordered weights: about 126 MB for ResNet-50 at batch 1). It is
 dropped again when a probe finds native MXNet at least :data:`RELEASE_ABOVE`
 times slower than the engines, the case where the next probe is far off
-(binding it again costs milliseconds, and its first forward more: MXNet
-prepares its oneDNN primitives, 282 ms against 73 ms after for VGG-11 at
-batch 1; the arbiter counts both in what that probe cost, so the next one waits
-longer); while the two are close it stays bound.
+(binding it again costs milliseconds, and its first forward more: MXNet sets
+up its oneDNN kernels and weight layouts, 282 ms against 73 ms after for VGG-11
+at batch 1; the arbiter counts both in what that probe cost, so the next one
+waits longer); while the two are close it stays bound.
 
 Anything wrong with the twin (MXNet cannot bind the symbol alone, its outputs
 differ in number, shape or type, a forward fails) turns the check off for that
@@ -27,11 +27,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter, BindTimes
 from mx_trt.runtime.direct import wait_to_write, write_inputs
 from mx_trt.runtime.fused_op import data_ptr
 
@@ -69,12 +69,12 @@ class RuntimeCheck:
         make_twin: ``make_twin(executor)`` binds MXNet's own executor of the original
             symbol for ``executor``'s input shapes (raises on failure).
         name: Used in log lines.
-        expect: ``(engines, native)`` seconds a forward of the whole executor took when the bind timed it, or
-            ``None`` (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
+        expect: What the bind measured of the whole executor, or ``None``
+            (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
     """
 
     def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor",
-                 expect: Optional[Tuple[float, float]] = None) -> None:
+                 expect: Optional[BindTimes] = None) -> None:
         self.arbiter = Arbiter(ENGINES, name=name, expect=expect)
         self._make_twin = make_twin
         self._name = name

@@ -207,6 +207,7 @@ def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
     assert info.decisions, "the measured rule decided every subgraph"
     for d in info.decisions.values():
         assert d.how == "measured" and d.native_ms > 0 and all(v > 0 for v in d.engine_ms.values())
+        assert d.native_first_ms is not None and d.native_first_ms > 0  # MXNet's first forward, timed too
         assert (d.engine is None) == (d.subgraph in info.native_failures)
     assert info.timings["measure"] > 0
 
@@ -222,6 +223,8 @@ def test_real_timing_on_a_small_model(monkeypatch, shipped_defaults):
     np.testing.assert_allclose(got2[0], ref[0], rtol=RTOL, atol=ATOL)
     warm = mx_trt.bind_info(exe2)
     assert all(d.stored for d in warm.decisions.values())
+    assert {k: d.native_first_ms for k, d in warm.decisions.items()} == {
+        k: pytest.approx(d.native_first_ms) for k, d in info.decisions.items()}
     assert warm.timings["measure"] == 0
 
 

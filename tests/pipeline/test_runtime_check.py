@@ -17,7 +17,7 @@ import pytest
 import mx_trt
 from mx_trt.errors import MxTrtError
 from mx_trt.runtime import arbiter as arb
-from mx_trt.runtime.arbiter import ENGINES, NATIVE
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, BindTimes
 from mx_trt.settings import Settings
 from tests.harness.bindcheck import ATOL, RTOL, conv_relu
 from tests.harness.mxcheck import random_inputs, random_params
@@ -279,8 +279,13 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
         plan = SimpleNamespace(op_counts=lambda: (inside, total))
         return SimpleNamespace(plan=plan, engines=[object()] * engines, decisions=decisions)
 
-    timed = Decision("sg0", ("onnxruntime", "fp32"), 7.5, {"onnxruntime fp32": 3.0, "openvino fp32": 2.5})
-    assert measured_whole(info_of(9, 9, 1, {"sg0": timed})) == (0.003, 0.0075)
+    timed = Decision("sg0", ("onnxruntime", "fp32"), 7.5, {"onnxruntime fp32": 3.0, "openvino fp32": 2.5},
+                     native_first_ms=300.0)
+    assert measured_whole(info_of(9, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3)
+    # A decision stored before MXNet's first forward was timed.
+    stored = Decision.from_json("sg0", {k: v for k, v in timed.to_json().items() if k != "native_first_ms"})
+    assert measured_whole(info_of(9, 9, 1, {"sg0": stored})) == BindTimes(0.003, 0.0075, None)
+    assert Decision.from_json("sg0", timed.to_json()).native_first_ms == 300.0
     assert measured_whole(info_of(8, 9, 1, {"sg0": timed})) is None  # an operator left native
     assert measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": timed})) is None
     assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", ("onnxruntime", "fp32"), how="cost")})) is None
@@ -289,7 +294,8 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
     # The bind hands them to the executor's check.
     sym, args, aux = model
     monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
-    for expect, seeded in (((0.001, 0.002), True), ((0.001, 0.0011), False), (None, False)):
+    for expect, seeded in ((BindTimes(0.001, 0.002), True), (BindTimes(0.001, 0.0011), False),
+                           (BindTimes(0.001, 0.0011, 0.2), True), (None, False)):
         monkeypatch.setattr(pipeline_bind, "measured_whole", lambda info, e=expect: e)
         exe = _bind(sym, args, aux, monkeypatch)
         assert exe._mx_trt_check.arbiter.seeded is seeded

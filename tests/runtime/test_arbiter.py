@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mx_trt.runtime import arbiter as arb
-from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter, BindTimes
 
 
 class Clock:
@@ -147,7 +147,7 @@ def test_the_binds_timings_stand_for_the_first_probe_when_the_engines_are_well_a
     first forwards; the first waits for its budget, and load slowing the engines past MXNet's time calls it
     at once."""
     clock = Clock()
-    a = Arbiter(ENGINES, clock=clock, expect=(0.040, 0.073))
+    a = Arbiter(ENGINES, clock=clock, expect=BindTimes(0.040, 0.073))
     assert a.seeded
     loaded_from = 400
 
@@ -167,15 +167,40 @@ def test_the_binds_timings_stand_for_the_first_probe_when_the_engines_are_well_a
     assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
 
 
-@pytest.mark.parametrize("expect", [(0.040, 0.045), (0.040, None), None], ids=["close", "native first", "none"])
-def test_the_first_probe_comes_soon_when_the_bind_is_close_or_timed_nothing(expect):
+@pytest.mark.parametrize("case", ["close", "native first", "none"])
+def test_the_first_probe_comes_soon_when_the_bind_is_close_or_timed_nothing(case):
     clock = Clock()
-    first = NATIVE if expect is not None and expect[1] is None else ENGINES
+    first = NATIVE if case == "native first" else ENGINES
     # MXNet serving first: the engines' timings stand for nothing.
-    a = Arbiter(first, clock=clock, expect=(0.040, 0.080) if first == NATIVE else expect)
+    expect = {"close": BindTimes(0.040, 0.045), "native first": BindTimes(0.040, 0.080, 0.300), "none": None}[case]
+    a = Arbiter(first, clock=clock, expect=expect)
     assert not a.seeded
     sides = simulate(a, clock, lambda i, s: 0.040, 60)
     assert sides.index(NATIVE if first == ENGINES else ENGINES) == first_probe(0.040)
+
+
+@pytest.mark.parametrize("engines", [0.0020, 0.0022], ids=["engines ahead", "engines behind"])
+def test_a_close_bind_that_timed_mxnets_first_forward_makes_the_first_probe_wait_for_it(engines):
+    """At equal threads the engines and MXNet are close (2.0 or 2.2 ms against 2.1 ms), and MXNet's first
+    forward in a process that bound from the plan cache costs 300 ms: the first probe waits until that is 2%
+    of the forward time, unless the engines become slower than at the bind."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock, expect=BindTimes(engines, 0.0021, 0.300))
+    assert a.seeded and a.probe_cost() >= 0.300 - 0.0021
+    loaded_from = 12000
+
+    def lat(i, side):
+        if side == ENGINES:
+            return engines * (1.3 if i >= loaded_from else 1.0)
+        return 0.0021
+
+    sides = simulate(a, clock, lat, 14000)
+    first = sides.index(NATIVE)
+    assert first * engines >= (0.300 - 0.0021) / arb.BUDGET - engines
+    # Load: the engines 30% slower than at the bind; a probe within a window's forwards, and MXNet serves.
+    after = sides[loaded_from:].index(NATIVE)
+    assert after <= arb.WINDOW + arb.MAX_WINDOW
+    assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
 
 
 def test_a_near_tie_does_not_flap():

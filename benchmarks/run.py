@@ -544,9 +544,9 @@ def render_tables(res: Dict[str, Any]) -> str:
                            "kept (default / equal)", "bind s"],
                           rows, right_from=3))
         out.append("! above the target. by mean: the same ratios of mean latencies (every timed forward counts: "
-                   "probes of the run-time check, a side's stalls). engines (ops): engines the measured rule kept at "
-                   "default threads (operators in them); kept: their backend and precision at default and at equal threads (n% native: the "
-                   "share of forwards the run-time check gave native MXNet); "
+                   "probes of the run-time check, a side's stalls). engines (ops): engines the measured rule kept "
+                   "at default threads (operators in them); kept: their backend and precision at default and at "
+                   "equal threads (n% native: the share of forwards the run-time check gave native MXNet); "
                    "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")
     return "\n".join(out)

@@ -258,7 +258,6 @@ class Arbiter:
         self._since = 0
         self._clean = 0  # the current side's forwards compared since the last probe
         self._busy = 0.0
-        self._lost = 0.0  # how much longer the current side's compared forwards took than the other side's last time
         self._warmup = WARMUP
         self._last = clock()
         self.probes = 0
@@ -289,7 +288,7 @@ class Arbiter:
                 return False
             if not self.seeded:
                 return True
-        if not self._recheck and self.overtaken() and self._lost >= self._overhead[self.other]:
+        if not self._recheck and self.overtaken():
             return True
         if self._since < MIN_CALLS:
             return False
@@ -306,11 +305,7 @@ class Arbiter:
 
         Without this, load arriving just after a probe would wait :data:`MIN_CALLS`
         forwards for the next, which on a model of seconds a forward is most of a
-        minute served by the slower side. Such a probe still waits until the time the
-        serving side lost against the other side's last time has paid for starting
-        the other side (its cost at its last probe, or MXNet's first forward at the
-        bind): until then a probe could cost more than it can save, and after it
-        at most twice what the best choice in hindsight would have cost.
+        minute served by the slower side.
         """
         if self._ref is None or self._clean <= len(self._window) // 2:
             return False
@@ -346,8 +341,6 @@ class Arbiter:
             self._busy += seconds
             for t in compared:
                 self._window.append(t)
-                if self._ref is not None:
-                    self._lost += max(0.0, t - self._ref - max(0.0, self._gap))
             self._clean += len(compared)
             return
         if not self._probing:  # a forward of the other side outside a probe: not ours to compare
@@ -363,7 +356,7 @@ class Arbiter:
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
         self._probing, self._probe = False, []
-        self._since, self._clean, self._busy, self._lost, self._last = 0, 0, 0.0, 0.0, self._clock()
+        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def _settle(self) -> None:
         probe, current = statistics.median(self._probe), self._window.median()
@@ -388,7 +381,7 @@ class Arbiter:
             self._gap, self._ref, self._recheck = max(0.0, probe - current), current, False
             self._run = _Run(resumed=False)  # the current side takes over again: a new run
         self._probing, self._probe = False, []
-        self._since, self._clean, self._busy, self._lost, self._last = 0, 0, 0.0, 0.0, self._clock()
+        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""

@@ -203,30 +203,6 @@ def test_a_close_bind_that_timed_mxnets_first_forward_makes_the_first_probe_wait
     assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
 
 
-@pytest.mark.parametrize("native_loaded", [0.0065, 0.0025], ids=["mxnet slower still", "mxnet faster"])
-def test_a_probe_called_by_load_waits_until_the_lost_time_pays_for_starting_mxnet(native_loaded):
-    """MobileNetV2 at batch 1 and two threads: the bind timed the engines at 1.8 ms, MXNet at 2.4 ms and its
-    first forward at 300 ms. A core gets busy: the engines take 3.4 ms, more than MXNet at the bind. The
-    probe waits until the 1 ms a forward lost against MXNet's bind time has paid for MXNet's first forward,
-    then decides on what it measures."""
-    clock = Clock()
-    a = Arbiter(ENGINES, clock=clock, expect=BindTimes(0.0018, 0.0024, 0.300))
-    state = {"native": 0}
-
-    def lat(i, side):
-        if side == ENGINES:
-            return 0.0034
-        state["native"] += 1
-        return 0.300 if state["native"] == 1 else native_loaded
-
-    sides = simulate(a, clock, lat, 1500)
-    first = sides.index(NATIVE)
-    lost = (first - arb.WARMUP) * (0.0034 - 0.0024)
-    assert lost >= 0.300 - 0.0024 - 0.0034  # the window's first forwards held back cost nothing
-    assert first * 0.0034 < (0.300 - 0.0024) / arb.BUDGET  # sooner than the budget alone would allow
-    assert a.current == (ENGINES if native_loaded > 0.0034 else NATIVE)
-
-
 def test_a_near_tie_does_not_flap():
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)

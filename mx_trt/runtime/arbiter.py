@@ -135,6 +135,10 @@ KEEP_BELOW = 0.95
 #: is then not paid in the caller's first forwards, and load arriving later still calls a probe at once
 #: (:meth:`Arbiter.overtaken`, against the bind's timings).
 SEED_ABOVE = 1.25
+#: Forward time at the start of each run of a side whose forwards are held back: they pay for what ran
+#: before (OpenVINO on MobileNetV2 at batch 1 and two threads, after MXNet's forwards in the process or a
+#: pause: 3.1-4.7 ms for the first 3-4 forwards, 1.6-2.5 ms after). Forwards of seconds lose nothing to it.
+SETTLE_S = 0.02
 
 
 class BindTimes(NamedTuple):
@@ -144,10 +148,6 @@ class BindTimes(NamedTuple):
     engines: float
     native: float
     native_first: Optional[float] = None
-#: Forward time at the start of each run of a side whose forwards are held back: they pay for what ran
-#: before (OpenVINO on MobileNetV2 at batch 1 and two threads, after MXNet's forwards in the process or a
-#: pause: 3.1-4.7 ms for the first 3-4 forwards, 1.6-2.5 ms after). Forwards of seconds lose nothing to it.
-SETTLE_S = 0.02
 
 
 class _Run:

@@ -94,7 +94,7 @@ class BindInfo:
 
     def kept_engines(self) -> List[str]:
         """``"backend precision"`` of each engine kept, sorted: the measured rule's choices, else the bind's backend."""
-        chosen = [f"{d.engine[0]} {d.engine[1]}" for d in self.decisions.values() if d.engine is not None]
+        chosen = [d.label for d in self.decisions.values() if d.label is not None]
         return sorted(chosen) if chosen else [self.backend] * len(self.engines)
 
     def check_absorbed(self, arg_params: Optional[Mapping[str, Any]], aux_params: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -400,10 +400,8 @@ def measured_whole(info: BindInfo) -> Optional[BindTimes]:
     if len(info.engines) != 1 or inside != total or len(info.decisions) != 1:
         return None
     d = next(iter(info.decisions.values()))
-    if d.how != "measured" or d.engine is None or not d.native_ms:
-        return None
-    engine_ms = d.engine_ms.get(f"{d.engine[0]} {d.engine[1]}")
-    if not engine_ms:
+    engine_ms = d.engine_ms.get(d.label) if d.label is not None else None
+    if d.how != "measured" or not d.native_ms or not engine_ms:
         return None
     first = d.native_first_ms / 1e3 if d.native_first_ms is not None else None
     return BindTimes(engine_ms / 1e3, d.native_ms / 1e3, first)

@@ -118,6 +118,11 @@ class Decision:
     seconds: float = 0.0
     native_first_ms: Optional[float] = None
 
+    @property
+    def label(self) -> Optional[str]:
+        """``"backend precision"`` of the engine kept (its key in ``engine_ms``), or ``None``: MXNet runs it."""
+        return f"{self.engine[0]} {self.engine[1]}" if self.engine is not None else None
+
     def to_json(self) -> Dict[str, Any]:
         return {"format": DECISION_FORMAT, "engine": list(self.engine) if self.engine else None,
                 "native_ms": self.native_ms, "engine_ms": dict(self.engine_ms), "how": self.how, "text": self.text,

@@ -112,9 +112,9 @@ def test_load_arriving_later_moves_the_forwards_to_native_and_back():
 
 @pytest.mark.parametrize("first_native", [0.010, 0.300], ids=["steady", "twin bound again"])
 def test_what_a_probe_costs_to_start_is_paid_from_the_budget(first_native):
-    """A probe whose side is slow to start (MXNet's twin bound again and its first forward preparing its
-    primitives: 282 ms against 73 ms after, VGG-11 at batch 1) waits for that too: probes after the first
-    cost at most the budget, whatever their first forward costs."""
+    """A probe whose side is slow to start (MXNet's twin bound again and its first forward: 282 ms against
+    73 ms after, VGG-11 at batch 1) waits for that too: probes after the first cost at most the budget,
+    whatever their first forward costs."""
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)
     lat = {ENGINES: 0.004, NATIVE: 0.010}
@@ -132,7 +132,7 @@ def test_what_a_probe_costs_to_start_is_paid_from_the_budget(first_native):
     # Each probe's cost: its forwards' time less what the engines would have taken for them.
     starts = [i for i in range(1, len(sides)) if sides[i] == NATIVE and sides[i - 1] == ENGINES]
     per_probe = []
-    for k, start in enumerate(starts):
+    for start in starts:
         end = sides.index(ENGINES, start)
         n = end - start
         per_probe.append(first_native + (n - 1) * lat[NATIVE] - n * lat[ENGINES])

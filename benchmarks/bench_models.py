@@ -20,7 +20,9 @@ the median forward latency of
 
 The executors are bound first and then timed in rounds that rotate
 their order, so that load on the machine, and MXNet's OpenMP threads still
-spinning after a native forward, fall on all of them alike. With ``busy``, the
+spinning after a native forward, fall on all of them alike. Each takes one
+sample a round: the mean of as many forwards as span :data:`SAMPLE_MS` of
+native MXNet's forward time (one for slow models). With ``busy``, the
 same executors are timed again while a helper process keeps one core busy
 (``benchmarks/busy.py``), as a machine that gets busy after the bind. Other
 batch sizes than 1 (``batches``) scale dimension 0 of every input; a model that
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import statistics
 import tempfile
 import time
@@ -98,6 +101,19 @@ EQUAL = "native, equal threads"
 #: The pass (measured rule) in a worker process with OMP_NUM_THREADS = the engines' threads.
 EQUAL_MEASURED = "measured, equal threads"
 CONDITIONS = ("quiet", "one core busy")
+#: Native MXNet forward time a timed sample spans at least (ms): a fast model's sample is the mean of several
+#: forwards in one turn, so that a dozen samples' median is not moved by single forwards' luck (the islands
+#: graph, 3 ms a forward: three executors of the same MXNet graph 3.04-3.25 ms apart over twelve single forwards).
+SAMPLE_MS = 30.0
+#: Forwards per sample at most.
+MAX_PER_SAMPLE = 16
+
+
+def forwards_per_sample(native_ms: float) -> int:
+    """Forwards averaged into one timed sample, for a model whose native forward takes ``native_ms``."""
+    if not native_ms > 0:
+        return 1
+    return max(1, min(MAX_PER_SAMPLE, math.ceil(SAMPLE_MS / native_ms)))
 
 
 def at_batch(model: Any, batch: int) -> Any:
@@ -209,13 +225,16 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         for v, exe in exes.items():
             for _ in range(warmup):
                 _forward(exe)
-        # One timed forward after untimed ones (one at least, and more until they took SETTLE_S): the first
-        # forwards of a turn pay for what ran before it (MXNet's spinning OpenMP threads, in any process).
+        per = forwards_per_sample(statistics.median(_forward(exes["native"]) for _ in range(3)))
+        # A timed sample (the mean of ``per`` forwards) after untimed forwards (one at least, and more until
+        # they took SETTLE_S): the first forwards of a turn pay for what ran before it (MXNet's spinning
+        # OpenMP threads, in any process).
         runners: Dict[str, Callable[[], float]] = {
-            v: (lambda e=exe: measure(lambda: _forward(e), 1, 1, settle_s=SETTLE_S)[0]) for v, exe in exes.items()}
+            v: (lambda e=exe: statistics.fmean(measure(lambda: _forward(e), per, 1, settle_s=SETTLE_S)))
+            for v, exe in exes.items()}
         for key, worker in workers.items():
             worker.run(0, warmup)
-            runners[key] = lambda w=worker: w.run(1, 1, SETTLE_S)[0]
+            runners[key] = lambda w=worker: statistics.fmean(w.run(per, 1, SETTLE_S))
         by_condition: Dict[str, Dict[str, float]] = {}
         order = list(runners)
         try:
@@ -251,7 +270,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "partitions": {v: [list(p) for p in sorted(sg.nodes for sg in infos[v].plan.partition.subgraphs)]
                        for v in VARIANTS if infos[v] is not None},
         "native_ops": _native_reasons(info),
-        "median_ms": med, "by_condition": by_condition, "bind_s": bind_s,
+        "median_ms": med, "by_condition": by_condition, "bind_s": bind_s, "forwards_per_sample": per,
         "native/cost": med["native"] / med["cost"], "always/cost": med["always"] / med["cost"],
         "native/measured": med["native"] / med["measured"],
         "native_equal_threads/measured": med[EQUAL] / med["measured"] if EQUAL in med else None,

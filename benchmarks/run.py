@@ -696,6 +696,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--serve-requests", type=int, default=None,
                     help="requests per concurrency in the serve section (default 2000; quick 60)")
     ap.add_argument("--models", default=None, help="comma-separated model-zoo names for end_to_end and busy")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes of end_to_end and busy "
+                    "(default 1,8; quick 1)")
     ap.add_argument("--bind-model", default=None, help="model-zoo name of the bind section (default resnet50_v1; "
                     "quick: resnet18_v1)")
     ap.add_argument("--thirdparty", default=None, help="comma-separated names for the models section "
@@ -740,13 +742,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  1 if args.quick else 3)
     if "fused_node" in only:
         res["fused_node"] = bench_fused_node(200 if args.quick else 1000)
+    batches = tuple(int(b) for b in args.batches.split(",")) if args.batches else (1,) if args.quick else BATCHES
     if "end_to_end" in only:
         models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
-        batches = (1,) if args.quick else BATCHES
         res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
     if "busy" in only:
         models = args.models.split(",") if args.models else (QUICK_BUSY if args.quick else BUSY)
-        res["busy"] = bench_end_to_end(models, (1,) if args.quick else BATCHES, runs, 1 if args.quick else 2, busy=True)
+        res["busy"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2, busy=True)
     if "memory" in only:
         from bench_memory import bench_memory
 

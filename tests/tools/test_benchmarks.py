@@ -104,3 +104,17 @@ def test_busy_helper_stops_by_itself(tmp_path):
     else:
         os.kill(pid, 9)
         raise AssertionError("the helper outlived the runner that started it")
+
+
+def test_models_section_samples_span_a_fixed_forward_time():
+    """A fast model's timed sample averages several forwards, a slow model's is one forward, never over the cap."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench_models
+    finally:
+        sys.path.pop(0)
+    per = bench_models.forwards_per_sample
+    assert per(3.0) == 10 and per(bench_models.SAMPLE_MS) == 1 and per(2500.0) == 1
+    assert per(0.01) == bench_models.MAX_PER_SAMPLE
+    assert per(0.0) == 1 and per(float("nan")) == 1
+    assert [per(ms) for ms in (1.0, 2.0, 4.0, 8.0)] == sorted([per(ms) for ms in (1.0, 2.0, 4.0, 8.0)], reverse=True)

@@ -199,7 +199,7 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1, batches: Sequ
 
 def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: int,
                busy: bool) -> Optional[Dict[str, Any]]:
-    from busy import BusyCore
+    from busy import BusyCore, deadline_for
 
     from mx_trt.builder import engines
     from mx_trt.runtime.twin import native_share
@@ -236,14 +236,17 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
             worker.run(0, warmup)
             runners[key] = lambda w=worker: statistics.fmean(w.run(per, 1, SETTLE_S))
         by_condition: Dict[str, Dict[str, float]] = {}
+        busy_throughout: Optional[bool] = None
         order = list(runners)
+        quiet_s = 0.0
         try:
             for cond in (CONDITIONS if busy else CONDITIONS[:1]):
-                helper = BusyCore(seconds=max(120.0, 30.0 * runs)) if cond == "one core busy" else None
+                helper = BusyCore(seconds=deadline_for(quiet_s)) if cond == "one core busy" else None
                 if helper is not None:
                     helper.start()
                     time.sleep(0.3)
                 times: Dict[str, List[float]] = {v: [] for v in order}
+                t0 = time.perf_counter()
                 try:
                     for r in range(runs):
                         # Rotate the order: MXNet's OpenMP threads spin for a while after a native
@@ -252,7 +255,11 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                             times[v].append(runners[v]())
                 finally:
                     if helper is not None:
-                        helper.stop()
+                        busy_throughout = helper.stop()
+                        if not busy_throughout:
+                            logger.warning("%s batch %d: the busy helper ended before the timings did: the "
+                                           "'one core busy' figures are not all busy", name, batch)
+                quiet_s = quiet_s or time.perf_counter() - t0
                 by_condition[cond] = {v: statistics.median(ts) for v, ts in times.items()}
             served = {"default": native_share(exes["measured"]),
                       "equal threads": workers[EQUAL_MEASURED].native_share() if EQUAL_MEASURED in workers else None}
@@ -281,6 +288,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
         "native_served": served,
+        "busy_throughout": busy_throughout,
     }
     logger.info("%s batch %d: %d/%d ops in %d engines; %s", name, batch, inside, total, row["engines"]["cost"],
                 "; ".join(f"{c}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if v is not None)
@@ -339,7 +347,8 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
                               + (f" ({served[k]:.0%} native)" if served.get(k) else "")
                               for k, v in ((k, kept.get(k)) for k in ("default", "equal threads")))
         ratios = r.get("ratios", {})
-        out.append(f"| {r['model']} | {r.get('batch', 1)} | {ms(m['native'])} | {ms(m.get(EQUAL))} | "
+        early = " (busy helper ended early)" if r.get("busy_throughout") is False else ""
+        out.append(f"| {r['model']}{early} | {r.get('batch', 1)} | {ms(m['native'])} | {ms(m.get(EQUAL))} | "
                    f"{ms(m['measured'])} | {ms(m.get(EQUAL_MEASURED))} | {kept_txt} | "
                    + " | ".join(f"{cell(ratios.get(c, {}).get('default threads'))} | "
                                 f"{cell(ratios.get(c, {}).get('equal threads'))}" for c in conds) + " |")

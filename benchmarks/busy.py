@@ -22,6 +22,12 @@ while time.monotonic() < end and os.getppid() == parent:
 """
 
 
+def deadline_for(quiet_s: float, floor_s: float = 120.0) -> float:
+    """A helper's deadline for timings that took ``quiet_s`` seconds on the quiet machine: a busy core slows
+    them (up to twice, measured), so four times that and a minute, ``floor_s`` at least."""
+    return max(floor_s, 4.0 * quiet_s + 60.0)
+
+
 class BusyCore:
     """A bounded process spinning on one core; a context manager.
 
@@ -43,15 +49,21 @@ class BusyCore:
                 os.sched_setaffinity(self.proc.pid, {self.cpu})
         return self
 
-    def stop(self) -> None:
-        if self.proc is not None:
+    def stop(self) -> bool:
+        """Stop the helper; whether it was still spinning (``False``: it had reached its deadline, or was never
+        started, so whatever was timed before this call did not all run beside a busy core)."""
+        if self.proc is None:
+            return False
+        alive = self.proc.poll() is None
+        if alive:
             self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        return alive
 
     def __enter__(self) -> "BusyCore":
         return self.start()

@@ -355,7 +355,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     helper process keeping one core busy (``benchmarks/busy.py``); the second
     bind finds its decisions and engines in the plan cache.
     """
-    from busy import BusyCore
+    from busy import BusyCore, deadline_for
 
     import mxnet as mx
 
@@ -377,20 +377,29 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
                 sym, args, aux, size = zoo_model(name)
                 ckpt = Checkpoint(name, 0, sym, args, aux)
                 for b in batches:
+                    quiet_s = 0.0
                     for cond in conditions:
-                        helper = BusyCore(seconds=max(120.0, 60.0 * runs)) if cond == "one core busy" else None
+                        helper = BusyCore(seconds=deadline_for(quiet_s)) if cond == "one core busy" else None
+                        busy_throughout: Optional[bool] = None
                         if helper is not None:
                             helper.start()
                             time.sleep(0.3)
+                        t0 = time.perf_counter()
                         try:
                             with env_override({"MXNET_TENSORRT_CACHE_DIR": cache}):
                                 r = bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs,
                                               warmup, progress)
                         finally:
                             if helper is not None:
-                                helper.stop()
+                                busy_throughout = helper.stop()
+                                if not busy_throughout:
+                                    logger.warning("%s batch %d: the busy helper ended before the timings did: the "
+                                                   "'one core busy' figures are not all busy", name, b)
+                        quiet_s = quiet_s or time.perf_counter() - t0
                         _forget_engines()
                         row = {"model": name, "condition": cond, **r.to_json()}
+                        if helper is not None:
+                            row["busy_throughout"] = busy_throughout
                         rows.append(row)
                         ratios = row["ratios"]
                         logger.info("%s batch %d (%s): native %.1f ms, accelerated %.1f ms, native/acc %.2f; "

@@ -85,11 +85,17 @@ def test_busy_helper_stops_by_itself(tmp_path):
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
-        from busy import BusyCore
+        from busy import BusyCore, deadline_for
     finally:
         sys.path.pop(0)
+
     helper = BusyCore(seconds=0.5).start()
     assert helper.proc is not None and helper.proc.wait(10) == 0  # the deadline
+    assert helper.stop() is False  # it had ended: what was timed was not all busy
+    running = BusyCore(seconds=60).start()
+    assert running.stop() is True and running.proc is None
+    assert BusyCore().stop() is False
+    assert deadline_for(0.0) == 120.0 and deadline_for(300.0) == 4 * 300.0 + 60.0
     code = (f"import os, sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r}); from busy import BusyCore; "
             "h = BusyCore(seconds=120).start(); print(h.proc.pid, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

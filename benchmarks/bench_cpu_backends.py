@@ -3,16 +3,17 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_cpu_backends.py [--models resnet50_v1,mobilenetv2_1.0] [--batches 1,8]
-        [--rounds 15] [--threads N] [--busy] [--cold-binds N] [--json OUT.json]
+        [--rounds 15] [--threads N[,N...]] [--busy] [--cold-binds N] [--json OUT.json]
 
 For each model-zoo network (seeded random weights, tests/models/test_model_zoo.py)
 and batch, the pass's own analysis and exporter make one static ONNX model of the
 whole network; both backends build an engine from that same ``ExportedSubgraph``
-with the same thread count (``--threads``, default: the CPUs this process may use),
+with the same thread count (``--threads``, default: the CPUs this process may use;
+several counts: an engine per backend and count, all timed in the same rounds),
 and the engines run on the same numpy buffers through :meth:`Engine.run`, as a fused
-node calls them. Runs alternate between the backends, the order swapping every
-round, after a warm-up of each, so that load from other processes falls on both
-alike. Printed: the median and fastest milliseconds of each, the ratio of medians
+node calls them. Runs alternate between the engines, the order reversing every
+round, after a warm-up of each, so that load from other processes falls on all
+alike. Printed: the median, mean, 99th percentile and fastest milliseconds of each, the ratio of medians
 (ONNX Runtime / OpenVINO: above 1 means OpenVINO is faster), the largest difference
 between their outputs, and the machine's load average before and after. With
 ``--busy`` each pair is timed again while a helper process keeps one core busy
@@ -73,15 +74,15 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tup
 def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
     """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each."""
     from mx_trt.builder.backends import BACKENDS, BuildOptions
-    from envscope import env_override
 
     out = {}
     for name in ("onnxruntime", "openvino"):
         reason = BACKENDS[name].unavailable_reason()
         if reason:
             raise RuntimeError(f"{name}: {reason}")
-        with env_override({"MXNET_TENSORRT_ORT_THREADS": str(threads)}):
-            out[name] = BACKENDS[name]().build(exported, BuildOptions(name=name, extra={"threads": threads}))
+        # ONNX Runtime reads its count from "ort_threads" (the bind's MXNET_TENSORRT_ORT_THREADS), OpenVINO from "threads".
+        out[name] = BACKENDS[name]().build(exported, BuildOptions(name=name, extra={"threads": threads,
+                                                                                   "ort_threads": threads}))
     return out
 
 
@@ -100,7 +101,7 @@ def time_interleaved(engines: Dict[str, Any], x: np.ndarray, rounds: int, warmup
     for n in names:
         for _ in range(warmup):
             engines[n].run(ins, _buffers(outs[n]))
-    gap = max(float(np.abs(a - b).max()) for a, b in zip(*(outs[n] for n in names)))
+    gap = max((float(np.abs(a - b).max()) for n in names[1:] for a, b in zip(outs[names[0]], outs[n])), default=0.0)
     times: Dict[str, List[float]] = {n: [] for n in names}
     bufs = {n: _buffers(outs[n]) for n in names}
     for r in range(rounds):
@@ -114,12 +115,15 @@ def time_interleaved(engines: Dict[str, Any], x: np.ndarray, rounds: int, warmup
 def _summary(times: Dict[str, List[float]]) -> Dict[str, Any]:
     med = {n: statistics.median(v) for n, v in times.items()}
     return {"median_ms": med, "min_ms": {n: min(v) for n, v in times.items()},
+            "mean_ms": {n: statistics.fmean(v) for n, v in times.items()},
+            "p99_ms": {n: float(np.percentile(v, 99)) for n, v in times.items()},
             "onnxruntime/openvino": med["onnxruntime"] / med["openvino"]}
 
 
-def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: int,
+def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: Sequence[int],
           busy: bool = False) -> List[Dict[str, Any]]:
-    from benchmarks.busy import BusyCore
+    """A row per model, batch and thread count; each (model, batch)'s engines of every count timed in the same rounds."""
+    from benchmarks.busy import BusyCore, deadline_for
     from tests.models.test_model_zoo import zoo_model
 
     rows = []
@@ -128,19 +132,33 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: i
         for b in batches:
             shape = (b, 3, size, size)
             exported = export_whole(sym, args, aux, shape)
-            engines = build_engines(exported, threads)
+            engines = {f"{name} {t}t": e for t in threads for name, e in build_engines(exported, t).items()}
             x = np.random.RandomState(b).uniform(-1, 1, shape).astype(np.float32)
+            t0 = time.perf_counter()
             times, gap = time_interleaved(engines, x, rounds)
-            row = {"model": model, "batch": b, "threads": threads, "rounds": rounds, **_summary(times),
-                   "max_output_gap": gap}
+            busy_times: Optional[Dict[str, List[float]]] = None
             if busy:
-                with BusyCore(seconds=600):
-                    row["busy"] = _summary(time_interleaved(engines, x, rounds)[0])
-            rows.append(row)
-            for label, r in [("", row)] + ([(" one core busy", row["busy"])] if busy else []):
-                med = r["median_ms"]
-                logger.info("%s batch %d%s: onnxruntime %.1f ms, openvino %.1f ms (medians), ratio %.2f", model, b,
-                            label, med["onnxruntime"], med["openvino"], r["onnxruntime/openvino"])
+                helper = BusyCore(seconds=deadline_for(time.perf_counter() - t0)).start()
+                time.sleep(0.3)
+                try:
+                    busy_times = time_interleaved(engines, x, rounds)[0]
+                finally:
+                    if not helper.stop():
+                        logger.warning("%s batch %d: the busy helper ended before the timings did", model, b)
+            for t in threads:
+                def of(ts: Dict[str, List[float]]) -> Dict[str, List[float]]:
+                    return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino")}
+
+                row = {"model": model, "batch": b, "threads": t, "rounds": rounds, **_summary(of(times)),
+                       "max_output_gap": gap}
+                if busy_times is not None:
+                    row["busy"] = _summary(of(busy_times))
+                rows.append(row)
+                for label, r in [("", row)] + ([(" one core busy", row["busy"])] if busy_times is not None else []):
+                    med = r["median_ms"]
+                    logger.info("%s batch %d, %d thread(s)%s: onnxruntime %.1f ms, openvino %.1f ms (medians), "
+                                "ratio %.2f", model, b, t, label, med["onnxruntime"], med["openvino"],
+                                r["onnxruntime/openvino"])
             del engines, exported
     return rows
 
@@ -183,14 +201,17 @@ def cold_binds(model: str, batch: int, repeats: int) -> Dict[str, List[float]]:
 
 
 def table(rows: Sequence[Dict[str, Any]]) -> str:
-    lines = ["| model | batch | threads | condition | ONNX Runtime ms (median / min) | OpenVINO ms (median / min) "
-             "| ONNX Runtime / OpenVINO | max output gap |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | threads | condition | ONNX Runtime ms (median / mean / p99 / min) "
+             "| OpenVINO ms (median / mean / p99 / min) | ONNX Runtime / OpenVINO | max output gap |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def cell(s: Dict[str, Any], name: str) -> str:
+        return " / ".join(f"{s[k][name]:.1f}" for k in ("median_ms", "mean_ms", "p99_ms", "min_ms"))
+
     for r in rows:
         for cond, s in [("as found", r)] + ([("one core busy", r["busy"])] if "busy" in r else []):
-            m, lo = s["median_ms"], s["min_ms"]
-            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {cond} "
-                         f"| {m['onnxruntime']:.1f} / {lo['onnxruntime']:.1f} | {m['openvino']:.1f} / {lo['openvino']:.1f} "
-                         f"| {s['onnxruntime/openvino']:.2f} | {r['max_output_gap']:.2g} |")
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {cond} | {cell(s, 'onnxruntime')} "
+                         f"| {cell(s, 'openvino')} | {s['onnxruntime/openvino']:.2f} | {r['max_output_gap']:.2g} |")
     return "\n".join(lines)
 
 
@@ -201,7 +222,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--threads", type=int, default=engine_threads())
+    p.add_argument("--threads", default=str(engine_threads()),
+                   help="threads per engine; several (1,2): an engine of each count, timed in the same rounds")
     p.add_argument("--busy", action="store_true", help="also time with one core kept busy by a helper process")
     p.add_argument("--cold-binds", type=int, default=0, help="time this many cold binds per candidate set instead")
     p.add_argument("--json", default="")
@@ -216,7 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in times.items()))
         print(f"load average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
         return 0
-    rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds, a.threads, a.busy)
+    rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds,
+                 [int(t) for t in a.threads.split(",")], a.busy)
     load_after = os.getloadavg()
     print(table(rows))
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {engine_threads()}")

@@ -229,12 +229,16 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         # A timed sample (the mean of ``per`` forwards) after untimed forwards (one at least, and more until
         # they took SETTLE_S): the first forwards of a turn pay for what ran before it (MXNet's spinning
         # OpenMP threads, in any process).
-        runners: Dict[str, Callable[[], float]] = {
-            v: (lambda e=exe: statistics.fmean(measure(lambda: _forward(e), per, 1, settle_s=SETTLE_S)))
-            for v, exe in exes.items()}
+        def in_process(exe: Any) -> Callable[[], float]:
+            return lambda: statistics.fmean(measure(lambda: _forward(exe), per, 1, settle_s=SETTLE_S))
+
+        def in_worker(worker: Any) -> Callable[[], float]:
+            return lambda: statistics.fmean(worker.run(per, 1, SETTLE_S))
+
+        runners: Dict[str, Callable[[], float]] = {v: in_process(exe) for v, exe in exes.items()}
         for key, worker in workers.items():
             worker.run(0, warmup)
-            runners[key] = lambda w=worker: statistics.fmean(w.run(per, 1, SETTLE_S))
+            runners[key] = in_worker(worker)
         by_condition: Dict[str, Dict[str, float]] = {}
         busy_throughout: Optional[bool] = None
         order = list(runners)

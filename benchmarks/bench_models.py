@@ -102,8 +102,8 @@ EQUAL = "native, equal threads"
 EQUAL_MEASURED = "measured, equal threads"
 CONDITIONS = ("quiet", "one core busy")
 #: Native MXNet forward time a timed sample spans at least (ms): a fast model's sample is the mean of several
-#: forwards in one turn, so that a dozen samples' median is not moved by single forwards' luck (the islands
-#: graph, 3 ms a forward: three executors of the same MXNet graph 3.04-3.25 ms apart over twelve single forwards).
+#: forwards in one turn, so that a dozen samples' median is not moved by single forwards' luck. (It does not
+#: narrow what differs from turn to turn: the islands graph's identical executors spread 5-30% either way.)
 SAMPLE_MS = 30.0
 #: Forwards per sample at most.
 MAX_PER_SAMPLE = 16

@@ -24,7 +24,8 @@ while time.monotonic() < end and os.getppid() == parent:
 
 def deadline_for(quiet_s: float, floor_s: float = 120.0) -> float:
     """A helper's deadline for timings that took ``quiet_s`` seconds on the quiet machine: a busy core slows
-    them (up to twice, measured), so four times that and a minute, ``floor_s`` at least."""
+    them (2.4x the most seen: MXNet at two threads on MobileNetV2), so four times that and a minute,
+    ``floor_s`` at least."""
     return max(floor_s, 4.0 * quiet_s + 60.0)
 
 

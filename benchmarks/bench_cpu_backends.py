@@ -143,8 +143,7 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
                 try:
                     busy_times = time_interleaved(engines, x, rounds)[0]
                 finally:
-                    if not helper.stop():
-                        logger.warning("%s batch %d: the busy helper ended before the timings did", model, b)
+                    helper.stop(f"{model} batch {b}")
             for t in threads:
                 def of(ts: Dict[str, List[float]]) -> Dict[str, List[float]]:
                     return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino")}

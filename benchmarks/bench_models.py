@@ -259,10 +259,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                             times[v].append(runners[v]())
                 finally:
                     if helper is not None:
-                        busy_throughout = helper.stop()
-                        if not busy_throughout:
-                            logger.warning("%s batch %d: the busy helper ended before the timings did: the "
-                                           "'one core busy' figures are not all busy", name, batch)
+                        busy_throughout = helper.stop(f"{name} batch {batch}")
                 quiet_s = quiet_s or time.perf_counter() - t0
                 by_condition[cond] = {v: statistics.median(ts) for v, ts in times.items()}
             served = {"default": native_share(exes["measured"]),

@@ -6,10 +6,13 @@ gone (its parent id changes), so a runner that dies leaves nothing behind.
 """
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from typing import Any, Optional
+
+logger = logging.getLogger("benchmarks.busy")
 
 #: The helper's code: spin until the deadline, checking every ~50 ms that its parent still lives.
 _SPIN = """
@@ -50,12 +53,16 @@ class BusyCore:
                 os.sched_setaffinity(self.proc.pid, {self.cpu})
         return self
 
-    def stop(self) -> bool:
+    def stop(self, timed: str = "") -> bool:
         """Stop the helper; whether it was still spinning (``False``: it had reached its deadline, or was never
-        started, so whatever was timed before this call did not all run beside a busy core)."""
+        started, so whatever was timed before this call did not all run beside a busy core; with ``timed``,
+        what was timed, that is logged as a warning)."""
+        alive = self.proc is not None and self.proc.poll() is None
+        if timed and not alive:
+            logger.warning("%s: the busy helper ended before the timings did: the 'one core busy' figures are "
+                           "not all busy", timed)
         if self.proc is None:
             return False
-        alive = self.proc.poll() is None
         if alive:
             self.proc.terminate()
         try:

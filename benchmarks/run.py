@@ -391,10 +391,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
                                               warmup, progress)
                         finally:
                             if helper is not None:
-                                busy_throughout = helper.stop()
-                                if not busy_throughout:
-                                    logger.warning("%s batch %d: the busy helper ended before the timings did: the "
-                                                   "'one core busy' figures are not all busy", name, b)
+                                busy_throughout = helper.stop(f"{name} batch {b}")
                         quiet_s = quiet_s or time.perf_counter() - t0
                         _forget_engines()
                         row = {"model": name, "condition": cond, **r.to_json()}

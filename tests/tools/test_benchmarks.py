@@ -79,7 +79,7 @@ def test_serve_section_quick(tmp_path):
     assert "p50 at c=1 / in-process batch 1" in proc.stdout
 
 
-def test_busy_helper_stops_by_itself(tmp_path):
+def test_busy_helper_stops_by_itself(tmp_path, caplog):
     """The busy section's helper ends at its deadline, and when the runner that started it dies."""
     import time
 
@@ -91,7 +91,9 @@ def test_busy_helper_stops_by_itself(tmp_path):
 
     helper = BusyCore(seconds=0.5).start()
     assert helper.proc is not None and helper.proc.wait(10) == 0  # the deadline
-    assert helper.stop() is False  # it had ended: what was timed was not all busy
+    with caplog.at_level("WARNING", logger="benchmarks.busy"):
+        assert helper.stop("resnet18_v1 batch 1") is False  # it had ended: what was timed was not all busy
+    assert "resnet18_v1 batch 1: the busy helper ended before the timings did" in caplog.text
     running = BusyCore(seconds=60).start()
     assert running.stop() is True and running.proc is None
     assert BusyCore().stop() is False

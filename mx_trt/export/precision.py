@@ -29,7 +29,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
     inserted at the edges); float32 initializers, ``Constant``/``ConstantOfShape``
     values and ``Cast(to=FLOAT)`` become float16, except inputs ONNX requires in
     float32 (Resize scales). Non-float tensors are untouched. Plugin nodes keep the
-    float32 their implementation declares (casts around them).
+    float32 their implementation declares, and ``RoiAlign`` computes in float32 (casts around them).
 
     Complexity: O(nodes + initializer bytes).
     """
@@ -120,25 +120,32 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
     )
 
 
+#: Standard nodes that stay float32 in a float16 graph: op type -> (float inputs, float outputs).
+#: ONNX Runtime's CPU ``RoiAlign`` has no float16 kernel (TensorRT's lowered form is float32 there too).
+_FLOAT32_NODES = {"RoiAlign": (("float32", "float32"), ("float32",))}
+
+
 def _keep_plugins_float32(g: Any) -> None:
-    """Plugin nodes compute in the types their implementation declares: the float32 ones
-    read their float inputs through a ``Cast`` to float32 and give float16 back. O(nodes)."""
+    """Plugin nodes compute in the types their implementation declares, and :data:`_FLOAT32_NODES` in
+    float32: they read their float inputs through a ``Cast`` to float32 and give float16 back. O(nodes)."""
     from onnx import TensorProto, helper
 
     nodes: List[Any] = []
     for n in g.node:
         p = plugin_for_node(n.domain, n.op_type) if n.domain else None
-        if p is None:
+        types = (p.in_dtypes, p.out_dtypes) if p is not None else None if n.domain else _FLOAT32_NODES.get(n.op_type)
+        if types is None:
             nodes.append(n)
             continue
+        in_dtypes, out_dtypes = types
         for i, x in enumerate(n.input):
-            if x and i < len(p.in_dtypes) and p.in_dtypes[i] == "float32":
+            if x and i < len(in_dtypes) and in_dtypes[i] == "float32":
                 up = f"{x}__to_fp32_{n.name}"
                 nodes.append(helper.make_node("Cast", [x], [up], name=f"{up}/Cast", to=TensorProto.FLOAT))
                 n.input[i] = up
         tail = []
         for j, y in enumerate(n.output):
-            if y and j < len(p.out_dtypes) and p.out_dtypes[j] == "float32":
+            if y and j < len(out_dtypes) and out_dtypes[j] == "float32":
                 wide = f"{y}__fp32"
                 n.output[j] = wide
                 tail.append(helper.make_node("Cast", [wide], [y], name=f"{y}/to_fp16", to=TensorProto.FLOAT16))

@@ -20,9 +20,11 @@ in another tie order, so it is not used. The blocks, each exact:
      iterates from ``keep = valid`` until nothing changes (after t iterations the first t
      slots are final; a handful of iterations in practice). Each iteration is one
      ``MatMul`` of 0/1 values.
-   * rows (larger k, where k x k matrices cost more than they save): a ``Loop`` keeps one
-     box per iteration, the first undecided slot, and computes its overlap with every
-     slot, suppressing the later ones; it ends when every slot is decided.
+   * blocks (larger k, where k x k matrices cost more than they save): a ``Loop`` takes
+     the first :data:`BLOCK` undecided slots per iteration, settles them among
+     themselves (the same fixed point on a ``BLOCK x BLOCK`` matrix, unrolled), and has
+     the kept ones suppress every later slot they overlap; it ends when every slot is
+     decided.
 
 ONNX ``TopK`` past TensorRT's limit (:data:`TOPK_CHUNK`) is taken in chunks. ONNX
 ``Min``/``Max`` are never used: C++'s ``std::min``/``std::max`` are ``Where``s (exact,
@@ -47,8 +49,10 @@ logger = logging.getLogger(__name__)
 MAX_PAIRS = 1 << 26
 #: The largest k of one ONNX ``TopK`` (TensorRT's limit); larger k are taken in chunks.
 TOPK_CHUNK = TRT_MAX_TOPK
-#: Up to this many candidates, suppression builds the k x k matrix; past it, one row per kept box.
+#: Up to this many candidates, suppression builds the k x k matrix; past it, a loop over blocks of slots.
 ROW_LOOP_MIN_K = 1024
+#: Undecided slots a step of the loop over blocks decides at once (:func:`_greedy_rows`).
+BLOCK = 32
 #: Integer keys (up to 3n, or k * k) must stay exact in int32.
 MAX_KEY = (1 << 31) - 1
 #: ONNX element types.
@@ -399,24 +403,61 @@ def _fixed_point(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
 
 def _greedy_rows(ctx: ConvContext, boxes: Sequence[str], valid: str, k: int, overlap: Overlap,
                  ids: Optional[str]) -> str:
-    """One kept box per iteration: the first undecided slot is kept and suppresses the later
-    slots it overlaps (of its class). Iterations: the kept boxes of the busiest batch row.
-    ``boxes``: the prepared values (:attr:`Overlap.prepare`) of every slot."""
+    """Greedy suppression a block of slots per iteration: the first :data:`BLOCK` undecided slots.
+
+    Every slot before the last of them is decided, and no kept slot suppresses an
+    undecided one (a kept slot marks what it suppresses at once), so each of them is
+    kept unless an earlier one of the block is kept and suppresses it: the block's
+    ``BLOCK x BLOCK`` fixed point, unrolled (after t steps its first t + 1 slots are
+    final). The kept ones then suppress every later valid slot they overlap (of
+    their class). Each iteration decides at least the block's first slot; iterations:
+    about the busiest batch row's kept boxes over the block, for (B, BLOCK, k)
+    tensors each. ``boxes``: the prepared values (:attr:`Overlap.prepare`) of every slot.
+    """
+    m = min(BLOCK, k)
     body = _Body(ctx, boxes[0])
     decided_in, keep_in = ctx.tmp("decided_in"), ctx.tmp("keep_in")
-    open_ = op(body, "Cast", op(body, "Not", decided_in), to=INT32)  # (B, k)
-    has = op(body, "Greater", reduce(body, "ReduceMax", open_, 1, True), body.const(np.asarray(0, np.int32), "zero"))
-    first = op(body, "ArgMax", open_, axis=1, keepdims=1, select_last_index=0)  # (B, 1): the next kept slot
-    slots = iota(body, k, np.int64)
-    chosen = op(body, "And", op(body, "Equal", slots, first), has)
-    current = [gather(body, c, first) for c in boxes]  # (B, 1) each
-    hit = op(body, "And", overlap.test(body, current, boxes), op(body, "Greater", slots, first))
-    if ids is not None:
-        hit = op(body, "And", hit, op(body, "Equal", gather(body, ids, first), ids))
-    hit = op(body, "And", op(body, "And", hit, valid), has)
+    slots = iota(body, k, np.int32)
+    # The first m undecided slots, in slot order: TopK over k - slot of the undecided ones (0 for the others).
+    key = op(body, "Where", decided_in, body.const(np.asarray(0, np.int32), "zero"),
+             op(body, "Sub", body.const(np.asarray(k, np.int32), "k"), slots))
+    vals, first = body.emit("TopK", [key, int64s(body, [m], "m")], [body.tmp("topk_v"), body.tmp("topk_i")],
+                            axis=-1, largest=1, sorted=1)  # (B, m)
+    has = op(body, "Greater", vals, body.const(np.asarray(0, np.int32), "zero"))
+    cur = [gather(body, c, first) for c in boxes]  # (B, m) each
+    cur_ids = gather(body, ids, first) if ids is not None else None
+    # Within the block: S[j, i], j before i, both real slots, j suppresses i when kept.
+    s = op(body, "And", overlap.test(body, [unsq(body, c, 2) for c in cur], [unsq(body, c, 1) for c in cur]),
+           body.const(np.triu(np.ones((m, m), bool), 1).reshape(1, m, m), "upper"))
+    s = op(body, "And", s, op(body, "And", unsq(body, has, 2), unsq(body, has, 1)))
+    if cur_ids is not None:
+        s = op(body, "And", s, op(body, "Equal", unsq(body, cur_ids, 2), unsq(body, cur_ids, 1)))
+    # 0/1 in the boxes' float type (float16 in an fp16 engine: counts up to m stay exact).
+    matrix = op(body, "CastLike", s, boxes[0])  # (B, m, m)
+    half = body.const(np.asarray(0.5, np.float32), "half")
+    kept = has
+    for _ in range(m - 1):
+        count = op(body, "MatMul", unsq(body, op(body, "CastLike", kept, boxes[0]), 1), matrix)  # (B, 1, m)
+        kept = op(body, "And", has, op(body, "Less", op(body, "Squeeze", count, int64s(body, [1], "axes")), half))
+    # The kept ones of the block suppress the later valid slots they overlap: (B, m, k) reduced over the block.
+    first32 = unsq(body, op(body, "Cast", first, to=INT32), 2)  # (B, m, 1)
+    hit = op(body, "And", overlap.test(body, [unsq(body, c, 2) for c in cur], [unsq(body, c, 1) for c in boxes]),
+             op(body, "Greater", unsq(body, slots, 1), first32))
+    if ids is not None and cur_ids is not None:
+        hit = op(body, "And", hit, op(body, "Equal", unsq(body, cur_ids, 2), unsq(body, ids, 1)))
+    hit = op(body, "And", op(body, "And", hit, unsq(body, kept, 2)), unsq(body, valid, 1))
+    at = op(body, "Equal", unsq(body, slots, 1), first32)  # (B, m, k): where each block slot is
+    chosen = _any_over(body, op(body, "And", at, unsq(body, kept, 2)), 1)
+    in_block = _any_over(body, op(body, "And", at, unsq(body, has, 2)), 1)
     keep_out = op(body, "Or", keep_in, chosen)
-    decided_out = op(body, "Or", op(body, "Or", decided_in, chosen), hit)
+    decided_out = op(body, "Or", op(body, "Or", decided_in, in_block), _any_over(body, hit, 1))
     body.cond_out = _any(body, op(body, "Not", decided_out))
     _, keep = _loop(ctx, body, [(op(ctx, "Not", valid), decided_in, decided_out),
                                 (op(ctx, "And", valid, ctx.const(np.zeros((1, 1), bool), "none")), keep_in, keep_out)], k)
     return keep
+
+
+def _any_over(ctx: Any, mask: str, axis: int) -> str:
+    """bool: any element of ``mask`` set along ``axis`` (dropped)."""
+    return op(ctx, "Greater", reduce(ctx, "ReduceMax", op(ctx, "Cast", mask, to=INT32), axis, False),
+              ctx.const(np.asarray(0, np.int32), "zero"))

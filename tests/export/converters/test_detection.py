@@ -176,11 +176,14 @@ def test_box_nms_with_topk_in_chunks(name, monkeypatch):
              list(range(cs, cs + 4)))
 
 
+@pytest.mark.parametrize("block", [1, 3, 32])
 @pytest.mark.parametrize("name", ["defaults", "ids_per_class", "ids_force_suppress", "topk_cuts_ties", "background_id",
                                   "score_last", "center_to_corner", "batch_dims", "nothing_valid", "everything_overlaps"])
-def test_box_nms_one_kept_box_per_iteration(name, monkeypatch):
-    """The form for many candidates (k > ROW_LOOP_MIN_K): a Loop keeping one box per iteration."""
+def test_box_nms_one_kept_box_per_iteration(name, block, monkeypatch):
+    """The form for many candidates (k > ROW_LOOP_MIN_K): a Loop deciding a block of slots per iteration (of 1,
+    of 3: blocks that end inside runs of overlapping boxes, and of 32)."""
     monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0)
+    monkeypatch.setattr(suppression, "BLOCK", block)
     _, shape, kw, center = next(c for c in NMS_CASES if c[0] == name)
     cs, si, ii = _layout(kw)
     data = _rows(np.random.RandomState(5), shape, cs, si, ii, center)
@@ -190,8 +193,10 @@ def test_box_nms_one_kept_box_per_iteration(name, monkeypatch):
              list(range(cs, cs + 4)))
 
 
-def test_multibox_detection_and_proposal_one_kept_box_per_iteration(monkeypatch):
+@pytest.mark.parametrize("block", [1, 4, 32])
+def test_multibox_detection_and_proposal_one_kept_box_per_iteration(block, monkeypatch):
     monkeypatch.setattr(suppression, "ROW_LOOP_MIN_K", 0)
+    monkeypatch.setattr(suppression, "BLOCK", block)
     for seed in (0, 1):
         inputs = _multibox_inputs(np.random.RandomState(seed), 2, 4, 40)
         sym = mx.sym.contrib.MultiBoxDetection(mx.sym.Variable("cls"), mx.sym.Variable("loc"), mx.sym.Variable("anchors"),

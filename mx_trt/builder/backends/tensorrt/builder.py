@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, MxTrtError
+from mx_trt.export.lowering import lower_roi_align
 from mx_trt.export.plugins import model_plugins
 from mx_trt.export.subgraph import save_model
 from mx_trt.builder.backends.base import BuildOptions, Shape
@@ -135,6 +136,8 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
     flavour = flavour_of(backend.rtx)
     name = options.name
     extra = options.extra
+    # RoiAlign is NVIDIA's plugin in TensorRT's parser, absent from TensorRT-RTX: written with MatMul.
+    exported = lower_roi_align(exported)
     try:
         specialization = flavour.build_specialization(extra)
         ws = workspace_limit(extra)

@@ -52,6 +52,8 @@ def _builders() -> Dict[str, Tuple[Callable[[], Any], str]]:
         "yolo3_mobilenet1.0_voc": (lambda: gluoncv_model("yolo3_mobilenet1.0_voc", "detection", (416, 416)), "1x3x416x416"),
         "faster_rcnn_resnet50_v1b_voc": (lambda: gluoncv_model("faster_rcnn_resnet50_v1b_voc", "detection", (480, 640)),
                                          "1x3x480x640"),
+        "faster_rcnn_fpn_resnet50_v1b_coco": (lambda: gluoncv_model("faster_rcnn_fpn_resnet50_v1b_coco", "detection",
+                                                                    (480, 640)), "1x3x480x640"),
         "fcn_resnet50_voc": (lambda: gluoncv_model("fcn_resnet50_voc", "segmentation", (480, 480), aux=False,
                                                    base_size=480, crop_size=480), "1x3x480x480"),
         "psp_resnet50_ade": (lambda: gluoncv_model("psp_resnet50_ade", "segmentation", (480, 480), aux=False,

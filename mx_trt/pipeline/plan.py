@@ -65,7 +65,8 @@ class Plan:
 
 
 def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backend: Optional[Backend]) -> Dict[int, str]:
-    """Why each unsupported operator node cannot go to an engine. O(V) validator calls."""
+    """Why each unsupported operator node cannot go to an engine, or (under the cost and measured rules) is
+    left to MXNet because the backend runs it far slower (``Backend.slower_than_native``). O(V) validator calls."""
     reasons: Dict[int, str] = {}
     for n in graph.nodes:
         if n.is_variable:
@@ -81,6 +82,8 @@ def support(graph: Graph, weights: Mapping[str, Any], settings: Settings, backen
             reason = check_op(spec)
         if reason is None and backend is not None:
             reason = backend.supports(spec)
+        if reason is None and backend is not None and settings.engine_rule in ("cost", "measured"):
+            reason = backend.slower_than_native(spec)
         if reason:
             reasons[n.id] = reason
     return reasons

@@ -169,6 +169,15 @@ class Backend(abc.ABC):
         """Backend-specific restrictions beyond the converter's own validator."""
         return None
 
+    def slower_than_native(self, spec: OpSpec) -> Optional[str]:
+        """Why this backend runs the converted node far slower than MXNet's own kernel, or ``None``.
+
+        Such a node converts (a whole-model export, the ``always`` rule, takes it), but the
+        cost and measured rules leave it to MXNet: an engine boundary costs less than the
+        difference. The measured rule times whole subgraphs, so it cannot find this itself.
+        """
+        return None
+
     def dtype_reason(self, spec: OpSpec) -> Optional[str]:
         """Why a tensor type of ``spec`` cannot be held by this backend's engines, or ``None``."""
         for what, dts in (("input", spec.in_dtypes), ("output", spec.out_dtypes)):

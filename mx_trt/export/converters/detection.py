@@ -43,6 +43,22 @@ from mx_trt.export.spec import OpSpec
 logger = logging.getLogger(__name__)
 
 
+# -- how large a node's suppression is ------------------------------------------------------
+
+
+#: The suppression operators and the candidates each node's greedy suppression takes (per batch row).
+def suppression_candidates(spec: OpSpec) -> Optional[int]:
+    """The candidates ``k`` the greedy suppression of a ``box_nms``, ``MultiBoxDetection``, ``Proposal``
+    or ``MultiProposal`` node compares, or ``None`` for any other operator. O(1)."""
+    if spec.op in ("_contrib_box_nms", "_contrib_box_non_maximum_suppression"):
+        return _nms_geometry(spec)[3]
+    if spec.op in ("_contrib_MultiBoxDetection", "_npx_multibox_detection"):
+        return _multibox_k(spec)
+    if spec.op in ("_contrib_Proposal", "_contrib_MultiProposal"):
+        return _proposal_k(spec)[1]
+    return None
+
+
 # -- _contrib_box_nms --------------------------------------------------------------------
 
 

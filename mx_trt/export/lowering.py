@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 _FLOATS = {1: "float32", 10: "float16", 11: "float64"}
 
 
-def _roi_aligns(model: Any) -> List[Any]:
-    return [n for n in model.graph.node if n.op_type == "RoiAlign" and n.domain in ("", "ai.onnx")]
+def _roi_aligns(graph: Any) -> List[Any]:
+    return [n for n in graph.node if n.op_type == "RoiAlign" and n.domain in ("", "ai.onnx")]
 
 
 def _inferred(model: Any) -> Tuple[Dict[str, Tuple[Optional[int], ...]], Dict[str, int]]:
@@ -75,6 +75,34 @@ def _zero_image_pads(g: Any) -> Dict[str, Any]:
     return out
 
 
+def _unpadded(g: Any) -> Dict[str, Tuple[str, Optional[int], List[str]]]:
+    """Per ``RoiAlign`` feature map that is the export's zero-image ``Pad`` (or a ``Cast`` of it, as
+    ``to_fp16`` leaves it): (the tensor before the ``Pad``, the ``Cast``'s type or ``None``, the outputs of
+    those nodes, which nothing else reads, to drop)."""
+    from onnx import helper
+
+    pads = _zero_image_pads(g)
+    producers = {o: n for n in g.node for o in n.output}
+    consumers: Dict[str, int] = {}
+    for n in g.node:
+        for t in n.input:
+            consumers[t] = consumers.get(t, 0) + 1
+    out: Dict[str, Tuple[str, Optional[int], List[str]]] = {}
+    for ra in _roi_aligns(g):
+        x = ra.input[0]
+        if x in pads:
+            out[x] = (pads[x].input[0], None, [x] if consumers[x] == 1 else [])
+            continue
+        cast = producers.get(x)
+        if cast is not None and cast.op_type == "Cast" and cast.input[0] in pads:
+            padded = cast.input[0]
+            to = next(helper.get_attribute_value(a) for a in cast.attribute if a.name == "to")
+            gone = [x] if consumers[x] == 1 else []
+            gone += [padded] if gone and consumers[padded] == 1 else []
+            out[x] = (pads[padded].input[0], int(to), gone)
+    return out
+
+
 def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
     """``exported`` with each ``RoiAlign`` written with ``MatMul``; ``exported`` itself when it has none.
 
@@ -90,7 +118,7 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
     """
     from onnx import helper, numpy_helper
 
-    if not _roi_aligns(exported.model):
+    if not _roi_aligns(exported.model.graph):
         return exported
     model = type(exported.model)()
     model.CopyFrom(exported.model)
@@ -108,16 +136,11 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
         used.add(cand)
         return cand
 
-    zero_pads = _zero_image_pads(g)
-    consumers: Dict[str, int] = {}
-    for n in g.node:
-        for t in n.input:
-            consumers[t] = consumers.get(t, 0) + 1
-    dropped = {zero_pads[n.input[0]].output[0] for n in _roi_aligns(model)
-               if n.input[0] in zero_pads and consumers[n.input[0]] == 1}
+    sources = _unpadded(g)
+    dropped = {t for _, _, gone in sources.values() for t in gone}
     nodes: List[Any] = []
     for node in g.node:
-        if node.op_type == "Pad" and node.output[0] in dropped:
+        if node.output and node.output[0] in dropped:
             continue
         if node.op_type != "RoiAlign" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
@@ -130,18 +153,17 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
             raise EngineBuildError(f"{where}: only mode 'avg' with a fixed sampling_ratio is written out for TensorRT "
                                    f"(got mode {mode!r}, sampling_ratio {ratio})")
         x, rois, index = node.input[:3]
-        if x in zero_pads:
-            # The export's image of zeros for ROIs of invalid images: the feature map itself, whose
-            # batch index the form below reads as invalid (zeros), instead of gathering a copy per ROI.
-            x = zero_pads[x].input[0]
+        dtype = _FLOATS.get(types.get(x, 0))
+        if dtype is None:
+            raise EngineBuildError(f"{where}: its feature map {x!r} is not a float tensor")
+        # The export's image of zeros for ROIs of invalid images: the feature map itself instead, whose batch
+        # index the form below reads as invalid (zeros), rather than a copy of it gathered per ROI.
+        x, cast_to, _ = sources.get(x, (x, None, []))
         found = shapes.get(x)
         if found is None or len(found) != 4 or any(d is None or d <= 0 for d in found):
             raise EngineBuildError(f"{where}: its feature map {x!r} has no static 4-D shape ({found}), which "
                                    "TensorRT's form of RoiAlign needs")
         xshape = tuple(int(d or 0) for d in found)
-        dtype = _FLOATS.get(types.get(x, 0))
-        if dtype is None:
-            raise EngineBuildError(f"{where}: its feature map {x!r} is not a float tensor")
         ctm = attrs.get("coordinate_transformation_mode", b"half_pixel")
         aligned = (ctm.decode() if isinstance(ctm, bytes) else ctm) == "half_pixel"
         oh, ow = int(attrs.get("output_height", 1)), int(attrs.get("output_width", 1))
@@ -170,6 +192,8 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
             return name
 
         ctx = ConvContext(spec, [x, ""], list(node.output[:1]), opset, add_node, add_const, unique, {})
+        if cast_to is not None:
+            ctx.inputs[0] = ctx.emit("Cast", [x], to=cast_to)[0]
         # MXNet's (R, 5) ROIs: the image index as the first column, in the feature map's type.
         column = ctx.emit("Unsqueeze", [ctx.emit("Cast", [index], to=_onnx_type(dtype))[0],
                                         ctx.const(np.asarray([1], np.int64), "axes")])[0]
@@ -179,7 +203,7 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
     del g.node[:]
     g.node.extend(nodes)
     logger.debug("%s: %d RoiAlign node(s) written with MatMul for TensorRT", g.name,
-                 len(_roi_aligns(exported.model)))
+                 len(_roi_aligns(exported.model.graph)))
     return dataclasses.replace(exported, model=model, origin=origin)
 
 

@@ -394,17 +394,27 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
 
 
 def measured_whole(info: BindInfo) -> Optional[BindTimes]:
-    """What the measured rule timed of the whole executor, at this bind or the one that stored the decision
-    (seconds), or ``None``: more than one engine, operators left native, or nothing timed."""
+    """What the measured rule timed of the executor's engines, at this bind or the one that stored the
+    decisions (seconds, summed over the engines), or ``None``: no engine, or one not timed against MXNet.
+
+    ``partial`` unless one engine holds every operator: the operators left native (and the subgraphs
+    kept native) run on both sides, outside the sums.
+    """
+    if not info.engines:
+        return None
+    engines = native = first = 0.0
+    firsts = True
+    for fused in info.engines:
+        d = info.decisions.get(fused.name)
+        engine_ms = d.engine_ms.get(d.label) if d is not None and d.label is not None else None
+        if d is None or d.how != "measured" or not d.native_ms or not engine_ms:
+            return None
+        engines, native = engines + engine_ms, native + d.native_ms
+        firsts = firsts and d.native_first_ms is not None
+        first += d.native_first_ms or 0.0
     inside, total = info.plan.op_counts()
-    if len(info.engines) != 1 or inside != total or len(info.decisions) != 1:
-        return None
-    d = next(iter(info.decisions.values()))
-    engine_ms = d.engine_ms.get(d.label) if d.label is not None else None
-    if d.how != "measured" or not d.native_ms or not engine_ms:
-        return None
-    first = d.native_first_ms / 1e3 if d.native_first_ms is not None else None
-    return BindTimes(engine_ms / 1e3, d.native_ms / 1e3, first)
+    return BindTimes(engines / 1e3, native / 1e3, first / 1e3 if firsts else None,
+                     partial=len(info.engines) != 1 or inside != total)
 
 
 def native_twin(request: BindRequest, exe: Any) -> Any:

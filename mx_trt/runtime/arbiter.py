@@ -29,12 +29,14 @@ batch 1: 6-9 ms for the first four, 3.3-3.9 ms after; Faster R-CNN's engine
 likewise), and a window holding them makes the faster side lose. The first probe
 then comes whatever the bind measured: each executor checks the bind's decision
 in its own conditions (the bind's load, its spacing of forwards, may not be the
-executor's). Only when the bind timed the whole executor (one engine holding
-every operator), and found the engines well ahead (:data:`SEED_ABOVE`) or timed
-MXNet's first forward too, do its timings stand for that first probe: the next
-waits for its budget, starting MXNet taken to cost its first forward at the
-bind, and comes at once when the engines' forwards become slower than MXNet's
-(or, at a tie, their own) were at the bind.
+executor's). Only when the bind timed every engine against MXNet, and found the
+engines well ahead (:data:`SEED_ABOVE`) or timed MXNet's first forward too, do
+its timings stand for that first probe: the next waits for its budget, starting
+MXNet taken to cost its first forward at the bind, and comes at once when the
+engines' forwards become slower than MXNet's (or, at a tie, their own) were at
+the bind. With operators left native (``BindTimes.partial``: the bind's times
+are sums over the engines' subgraphs), the engines' forward is their first
+compared forwards' median, and MXNet's that plus the bind's gap.
 
 Only forwards a side serves once it is *running* are compared. A side starts a
 *run* when it takes over from the other (a probe, the end of one) and when the
@@ -143,11 +145,14 @@ SETTLE_S = 0.02
 
 class BindTimes(NamedTuple):
     """What a bind measured of the whole executor (seconds): a forward of its engines, one of MXNet, and
-    MXNet's first forward (``None``: not measured)."""
+    MXNet's first forward (``None``: not measured). ``partial``: the sums over the engines' subgraphs only;
+    the operators left native run on both sides, so the gap holds and the engines' own forward is taken
+    from their first compared forwards."""
 
     engines: float
     native: float
     native_first: Optional[float] = None
+    partial: bool = False
 
 
 class _Run:
@@ -265,11 +270,13 @@ class Arbiter:
         self.served: Dict[str, int] = {ENGINES: 0, NATIVE: 0}
         self.medians: Dict[str, Optional[float]] = {ENGINES: None, NATIVE: None}
         self.seeded = False  # the bind's timings stand for a first probe
+        self._rebase = False  # the seed's engines time is a part of the forward: take the window's median
         if expect is not None and first == ENGINES and expect.engines > 0.0:
             start = None if expect.native_first is None else max(0.0, expect.native_first - expect.native)
             if start is not None or expect.native >= SEED_ABOVE * expect.engines:
                 self._ref, self._gap, self.seeded = expect.engines, expect.native - expect.engines, True
                 self._overhead[NATIVE] = start or 0.0
+                self._rebase = expect.partial
 
     @property
     def other(self) -> str:
@@ -307,7 +314,7 @@ class Arbiter:
         forwards for the next, which on a model of seconds a forward is most of a
         minute served by the slower side.
         """
-        if self._ref is None or self._clean <= len(self._window) // 2:
+        if self._ref is None or self._rebase or self._clean <= len(self._window) // 2:
             return False
         other = self._ref + max(0.0, self._gap)
         # The latest forward too: a slow spell that is already over calls for no probe.
@@ -342,6 +349,10 @@ class Arbiter:
             for t in compared:
                 self._window.append(t)
             self._clean += len(compared)
+            if self._rebase and self._clean >= FIRST_AFTER:
+                # The bind timed the engines' subgraphs only: the forward is what they take, with the operators
+                # left native, and MXNet's the same gap slower.
+                self._ref, self._rebase = self._window.median(), False
             return
         if not self._probing:  # a forward of the other side outside a probe: not ours to compare
             return

@@ -266,8 +266,9 @@ def test_a_reshaped_executor_gets_its_own_check_and_twin(model, monkeypatch):
 
 
 def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypatch):
-    """One engine holding every operator, timed by the measured rule: its timings and MXNet's (seconds) go
-    to the check; anything else (operators left native, two engines, the cost rule) gives none."""
+    """Engines timed by the measured rule: their timings and MXNet's (seconds, summed) go to the check,
+    ``partial`` unless one engine holds every operator; an engine the measured rule did not time against
+    MXNet (the cost rule, a decision without MXNet's time) gives none."""
     from types import SimpleNamespace
 
     from mx_trt.pipeline import bind as pipeline_bind
@@ -277,7 +278,8 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
 
     def info_of(inside, total, engines, decisions):
         plan = SimpleNamespace(op_counts=lambda: (inside, total))
-        return SimpleNamespace(plan=plan, engines=[object()] * engines, decisions=decisions)
+        return SimpleNamespace(plan=plan, engines=[SimpleNamespace(name=f"sg{i}") for i in range(engines)],
+                               decisions=decisions)
 
     timed = Decision("sg0", ("onnxruntime", "fp32"), 7.5, {"onnxruntime fp32": 3.0, "openvino fp32": 2.5},
                      native_first_ms=300.0)
@@ -286,8 +288,15 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
     stored = Decision.from_json("sg0", {k: v for k, v in timed.to_json().items() if k != "native_first_ms"})
     assert measured_whole(info_of(9, 9, 1, {"sg0": stored})) == BindTimes(0.003, 0.0075, None)
     assert Decision.from_json("sg0", timed.to_json()).native_first_ms == 300.0
-    assert measured_whole(info_of(8, 9, 1, {"sg0": timed})) is None  # an operator left native
-    assert measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": timed})) is None
+    # An operator left native; two engines (a third subgraph kept native is not summed).
+    assert measured_whole(info_of(8, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3, partial=True)
+    other = Decision("sg1", ("openvino", "fp32"), 2.0, {"openvino fp32": 1.0}, native_first_ms=50.0)
+    kept_native = Decision("sg2", None, 1.0, {"onnxruntime fp32": 2.0}, native_first_ms=5.0)
+    got = measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": other, "sg2": kept_native}))
+    assert got == pytest.approx(BindTimes(0.004, 0.0095, 0.35, partial=True))
+    assert measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": stored})) == BindTimes(0.006, 0.015, None, True)
+    assert measured_whole(info_of(9, 9, 2, {"sg0": timed})) is None  # sg1 not timed
+    assert measured_whole(info_of(0, 9, 0, {})) is None
     assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", ("onnxruntime", "fp32"), how="cost")})) is None
     assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", None, 7.5, {"onnxruntime fp32": 9.0})})) is None
 

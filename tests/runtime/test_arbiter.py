@@ -167,6 +167,31 @@ def test_the_binds_timings_stand_for_the_first_probe_when_the_engines_are_well_a
     assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
 
 
+def test_timings_of_the_engines_alone_stand_for_the_first_probe_with_operators_left_native():
+    """Engines timed at the bind at 1.0 s against MXNet's 1.6 s on their subgraphs; the operators left native
+    add 1.0 s to both sides (forwards of 2.0 s against 2.6 s). The engines' 2.0 s is not taken for a slowdown
+    past MXNet's 1.6 s (no probe in the first forwards); load that makes them slower than MXNet's 2.6 s
+    still calls one at once."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock, expect=BindTimes(1.0, 1.6, 2.1, partial=True))
+    assert a.seeded
+    loaded_from = 40
+
+    def lat(i, side):
+        if side == ENGINES:
+            return 2.9 if i >= loaded_from else 2.0
+        return 2.6
+
+    sides = simulate(a, clock, lat, 60)
+    assert NATIVE not in sides[:loaded_from]
+    after = sides[loaded_from:].index(NATIVE)
+    assert after <= arb.LONG_WINDOW + 2
+    # Without ``partial`` the same times would call a probe within the first forwards.
+    clock = Clock()
+    b = Arbiter(ENGINES, clock=clock, expect=BindTimes(1.0, 1.6, 2.1))
+    assert NATIVE in simulate(b, clock, lat, 20)
+
+
 @pytest.mark.parametrize("case", ["close", "native first", "none"])
 def test_the_first_probe_comes_soon_when_the_bind_is_close_or_timed_nothing(case):
     clock = Clock()

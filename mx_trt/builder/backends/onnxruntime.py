@@ -34,6 +34,8 @@ import numpy as np
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, EngineRunError
+from mx_trt.export.converters.detection import suppression_candidates
+from mx_trt.export.converters.suppression import ROW_LOOP_MIN_K
 from mx_trt.export.int8 import Int8Style
 from mx_trt.export.plugins import Plugin, hold_plugin, model_plugins
 from mx_trt.export.shapes import PluginShape
@@ -252,9 +254,6 @@ class OnnxRuntimeBackend(Backend):
         """Suppression of more than ``ROW_LOOP_MIN_K`` candidates: the ONNX form settles a block of them per
         ``Loop`` iteration against every candidate, O(k^2) elementwise work, where MXNet's kernel skips
         the suppressed ones (Faster R-CNN's RPN at 480x640, 6,000 candidates: 240 ms against 48 ms)."""
-        from mx_trt.export.converters.detection import suppression_candidates
-        from mx_trt.export.converters.suppression import ROW_LOOP_MIN_K
-
         k = suppression_candidates(spec)
         if k is None or k <= ROW_LOOP_MIN_K:
             return None

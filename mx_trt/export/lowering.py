@@ -24,14 +24,16 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from mx_trt.errors import EngineBuildError
+from mx_trt.export.converters.common import FLOAT_DTYPES, ONNX_DTYPE, cast
 from mx_trt.export.converters.registry import ConvContext
-from mx_trt.export.converters.vision import roi_align_matmul
+from mx_trt.export.converters.vision import ZERO_IMAGE_PADS, roi_align_matmul
 from mx_trt.export.spec import OpSpec
 from mx_trt.export.subgraph import ExportedSubgraph
 
 logger = logging.getLogger(__name__)
 
-_FLOATS = {1: "float32", 10: "float16", 11: "float64"}
+#: Float element types by ONNX number.
+_FLOATS = {ONNX_DTYPE[d]: d for d in FLOAT_DTYPES}
 
 
 def _roi_aligns(graph: Any) -> List[Any]:
@@ -55,8 +57,8 @@ def _inferred(model: Any) -> Tuple[Dict[str, Tuple[Optional[int], ...]], Dict[st
 
 def _zero_image_pads(g: Any) -> Dict[str, Any]:
     """Output name -> node of each ``Pad`` that appends one image of zeros along axis 0 of a 4-D tensor
-    (pads ``[0, 0, 0, 0, 1, 0, 0, 0]``, constant mode, no value or 0): the converter's image for ROIs of
-    invalid images."""
+    (:data:`~mx_trt.export.converters.vision.ZERO_IMAGE_PADS`, constant mode, no value or 0): the
+    converter's image for ROIs of invalid images."""
     from onnx import helper, numpy_helper
 
     consts = {i.name: i for i in g.initializer}
@@ -70,7 +72,7 @@ def _zero_image_pads(g: Any) -> Dict[str, Any]:
             continue
         if value and (value not in consts or np.any(numpy_helper.to_array(consts[value]) != 0)):
             continue
-        if list(numpy_helper.to_array(consts[n.input[1]])) == [0, 0, 0, 0, 1, 0, 0, 0]:
+        if tuple(numpy_helper.to_array(consts[n.input[1]])) == ZERO_IMAGE_PADS:
             out[n.output[0]] = n
     return out
 
@@ -195,8 +197,7 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
         if cast_to is not None:
             ctx.inputs[0] = ctx.emit("Cast", [x], to=cast_to)[0]
         # MXNet's (R, 5) ROIs: the image index as the first column, in the feature map's type.
-        column = ctx.emit("Unsqueeze", [ctx.emit("Cast", [index], to=_onnx_type(dtype))[0],
-                                        ctx.const(np.asarray([1], np.int64), "axes")])[0]
+        column = ctx.emit("Unsqueeze", [cast(ctx, index, dtype), ctx.const(np.asarray([1], np.int64), "axes")])[0]
         ctx.inputs[1] = ctx.emit("Concat", [column, rois], axis=1)[0]
         roi_align_matmul(ctx)
         origin.pop(node.name, None)
@@ -206,6 +207,3 @@ def lower_roi_align(exported: ExportedSubgraph) -> ExportedSubgraph:
                  len(_roi_aligns(exported.model.graph)))
     return dataclasses.replace(exported, model=model, origin=origin)
 
-
-def _onnx_type(dtype: str) -> int:
-    return {v: k for k, v in _FLOATS.items()}[dtype]

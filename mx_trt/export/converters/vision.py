@@ -359,6 +359,9 @@ def _align_weights(ctx: ConvContext, start: str, length: str, pooled: int, grid:
 
 #: The first opset whose ``RoiAlign`` has ``coordinate_transformation_mode`` (MXNet's ``aligned``).
 ROI_ALIGN_OPSET = 16
+#: ``Pad`` of a 4-D feature map by one image of zeros after the batch: where ROIs of invalid images read
+#: (:func:`mx_trt.export.lowering.lower_roi_align` recognizes it).
+ZERO_IMAGE_PADS = (0, 0, 0, 0, 1, 0, 0, 0)
 
 
 @register("_contrib_ROIAlign", validator=_check_roi_align)
@@ -383,7 +386,7 @@ def _roi_align(ctx: ConvContext) -> None:
     batch = _col(ctx, rois, 0, 1)
     # ROIs of an invalid image read an image of zeros appended to the batch: exact zeros, for the cost of
     # copying the feature map once (masking the output instead costs a pass over R * C * ph * pw values).
-    padded = ctx.emit("Pad", [data, int64s(ctx, [0, 0, 0, 0, 1, 0, 0, 0], "pads")], mode="constant")[0]
+    padded = ctx.emit("Pad", [data, int64s(ctx, ZERO_IMAGE_PADS, "pads")], mode="constant")[0]
     index = ctx.emit("Where", [ctx.emit("Squeeze", [_invalid_batch(ctx, batch, nb), int64s(ctx, [1], "axes")])[0],
                                int64s(ctx, [nb], "zero_image_index"), _batch_index(ctx, batch, nb)])[0]
     mode = "half_pixel" if spec.bool_("aligned", False) else "output_half_pixel"

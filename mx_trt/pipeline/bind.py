@@ -390,10 +390,10 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
         return None
     outputs = request.symbol.list_outputs()
     name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")
-    return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_whole(info))
+    return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_engines(info))
 
 
-def measured_whole(info: BindInfo) -> Optional[BindTimes]:
+def measured_engines(info: BindInfo) -> Optional[BindTimes]:
     """What the measured rule timed of the executor's engines, at this bind or the one that stored the
     decisions (seconds, summed over the engines), or ``None``: no engine, or one not timed against MXNet.
 

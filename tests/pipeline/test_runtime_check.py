@@ -274,7 +274,7 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
     from mx_trt.pipeline import bind as pipeline_bind
     from mx_trt.pipeline.measure import Decision
 
-    measured_whole = pipeline_bind.measured_whole
+    measured_engines = pipeline_bind.measured_engines
 
     def info_of(inside, total, engines, decisions):
         plan = SimpleNamespace(op_counts=lambda: (inside, total))
@@ -283,28 +283,28 @@ def test_the_binds_timings_of_the_whole_executor_reach_its_check(model, monkeypa
 
     timed = Decision("sg0", ("onnxruntime", "fp32"), 7.5, {"onnxruntime fp32": 3.0, "openvino fp32": 2.5},
                      native_first_ms=300.0)
-    assert measured_whole(info_of(9, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3)
+    assert measured_engines(info_of(9, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3)
     # A decision stored before MXNet's first forward was timed.
     stored = Decision.from_json("sg0", {k: v for k, v in timed.to_json().items() if k != "native_first_ms"})
-    assert measured_whole(info_of(9, 9, 1, {"sg0": stored})) == BindTimes(0.003, 0.0075, None)
+    assert measured_engines(info_of(9, 9, 1, {"sg0": stored})) == BindTimes(0.003, 0.0075, None)
     assert Decision.from_json("sg0", timed.to_json()).native_first_ms == 300.0
     # An operator left native; two engines (a third subgraph kept native is not summed).
-    assert measured_whole(info_of(8, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3, partial=True)
+    assert measured_engines(info_of(8, 9, 1, {"sg0": timed})) == BindTimes(0.003, 0.0075, 0.3, partial=True)
     other = Decision("sg1", ("openvino", "fp32"), 2.0, {"openvino fp32": 1.0}, native_first_ms=50.0)
     kept_native = Decision("sg2", None, 1.0, {"onnxruntime fp32": 2.0}, native_first_ms=5.0)
-    got = measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": other, "sg2": kept_native}))
+    got = measured_engines(info_of(9, 9, 2, {"sg0": timed, "sg1": other, "sg2": kept_native}))
     assert got == pytest.approx(BindTimes(0.004, 0.0095, 0.35, partial=True))
-    assert measured_whole(info_of(9, 9, 2, {"sg0": timed, "sg1": stored})) == BindTimes(0.006, 0.015, None, True)
-    assert measured_whole(info_of(9, 9, 2, {"sg0": timed})) is None  # sg1 not timed
-    assert measured_whole(info_of(0, 9, 0, {})) is None
-    assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", ("onnxruntime", "fp32"), how="cost")})) is None
-    assert measured_whole(info_of(9, 9, 1, {"sg0": Decision("sg0", None, 7.5, {"onnxruntime fp32": 9.0})})) is None
+    assert measured_engines(info_of(9, 9, 2, {"sg0": timed, "sg1": stored})) == BindTimes(0.006, 0.015, None, True)
+    assert measured_engines(info_of(9, 9, 2, {"sg0": timed})) is None  # sg1 not timed
+    assert measured_engines(info_of(0, 9, 0, {})) is None
+    assert measured_engines(info_of(9, 9, 1, {"sg0": Decision("sg0", ("onnxruntime", "fp32"), how="cost")})) is None
+    assert measured_engines(info_of(9, 9, 1, {"sg0": Decision("sg0", None, 7.5, {"onnxruntime fp32": 9.0})})) is None
 
     # The bind hands them to the executor's check.
     sym, args, aux = model
     monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
     for expect, seeded in ((BindTimes(0.001, 0.002), True), (BindTimes(0.001, 0.0011), False),
                            (BindTimes(0.001, 0.0011, 0.2), True), (None, False)):
-        monkeypatch.setattr(pipeline_bind, "measured_whole", lambda info, e=expect: e)
+        monkeypatch.setattr(pipeline_bind, "measured_engines", lambda info, e=expect: e)
         exe = _bind(sym, args, aux, monkeypatch)
         assert exe._mx_trt_check.arbiter.seeded is seeded

@@ -46,7 +46,6 @@ logger = logging.getLogger(__name__)
 # -- how large a node's suppression is ------------------------------------------------------
 
 
-#: The suppression operators and the candidates each node's greedy suppression takes (per batch row).
 def suppression_candidates(spec: OpSpec) -> Optional[int]:
     """The candidates ``k`` the greedy suppression of a ``box_nms``, ``MultiBoxDetection``, ``Proposal``
     or ``MultiProposal`` node compares, or ``None`` for any other operator. O(1)."""

@@ -51,7 +51,7 @@ MAX_PAIRS = 1 << 26
 TOPK_CHUNK = TRT_MAX_TOPK
 #: Up to this many candidates, suppression builds the k x k matrix; past it, a loop over blocks of slots.
 ROW_LOOP_MIN_K = 1024
-#: Undecided slots a step of the loop over blocks decides at once (:func:`_greedy_rows`).
+#: Undecided slots a step of the loop over blocks decides at once (:func:`_greedy_blocks`).
 BLOCK = 32
 #: Integer keys (up to 3n, or k * k) must stay exact in int32.
 MAX_KEY = (1 << 31) - 1
@@ -321,7 +321,7 @@ def greedy(ctx: ConvContext, coords: Sequence[str], valid: str, k: int, overlap:
     """
     boxes = overlap.prepare(ctx, coords)
     if k > ROW_LOOP_MIN_K:
-        return _greedy_rows(ctx, boxes, valid, k, overlap, ids)
+        return _greedy_blocks(ctx, boxes, valid, k, overlap, ids)
     later = [unsq(ctx, c, 1) for c in boxes]  # [j, i]: j earlier (rows), i later (columns)
     earlier = [unsq(ctx, c, 2) for c in boxes]
     s = op(ctx, "And", overlap.test(ctx, earlier, later), ctx.const(np.triu(np.ones((k, k), bool), 1).reshape(1, k, k), "upper"))
@@ -401,7 +401,7 @@ def _fixed_point(ctx: ConvContext, suppress: str, valid: str, k: int) -> str:
     return _loop(ctx, body, [(valid, keep_in, keep_out)], k)[0]
 
 
-def _greedy_rows(ctx: ConvContext, boxes: Sequence[str], valid: str, k: int, overlap: Overlap,
+def _greedy_blocks(ctx: ConvContext, boxes: Sequence[str], valid: str, k: int, overlap: Overlap,
                  ids: Optional[str]) -> str:
     """Greedy suppression a block of slots per iteration: the first :data:`BLOCK` undecided slots.
 

@@ -73,7 +73,7 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
             elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == F32 and n.op_type in ("Constant", "ConstantOfShape"):
                 a.t.CopyFrom(numpy_helper.from_array(_to_half(numpy_helper.to_array(a.t)), a.t.name))
 
-    _keep_plugins_float32(g)
+    _keep_float32_nodes(g)
 
     # Edges: cast float32 inputs down once, float32 outputs up once.
     renamed: Dict[str, str] = {}
@@ -125,15 +125,18 @@ def to_fp16(exported: ExportedSubgraph) -> ExportedSubgraph:
 _FLOAT32_NODES = {"RoiAlign": (("float32", "float32"), ("float32",))}
 
 
-def _keep_plugins_float32(g: Any) -> None:
+def _keep_float32_nodes(g: Any) -> None:
     """Plugin nodes compute in the types their implementation declares, and :data:`_FLOAT32_NODES` in
     float32: they read their float inputs through a ``Cast`` to float32 and give float16 back. O(nodes)."""
     from onnx import TensorProto, helper
 
     nodes: List[Any] = []
     for n in g.node:
-        p = plugin_for_node(n.domain, n.op_type) if n.domain else None
-        types = (p.in_dtypes, p.out_dtypes) if p is not None else None if n.domain else _FLOAT32_NODES.get(n.op_type)
+        if n.domain:
+            p = plugin_for_node(n.domain, n.op_type)
+            types = (p.in_dtypes, p.out_dtypes) if p is not None else None
+        else:
+            types = _FLOAT32_NODES.get(n.op_type)
         if types is None:
             nodes.append(n)
             continue

@@ -1,0 +1,176 @@
+"""OpenVINO engines that run their batch in chunks on several streams (mx_trt.builder.backends.openvino.SplitRunner)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.builder import engines
+from mx_trt.builder.backends import BACKENDS
+from mx_trt.builder.backends import openvino as ov_backend
+from mx_trt.errors import EngineRunError
+from mx_trt.frontends.hook import disabled
+from tests.harness.mxcheck import OP_TOL, random_params
+
+pytestmark = pytest.mark.skipif(BACKENDS["openvino"].unavailable_reason() is not None or
+                                os.environ.get("USE_OPENVINO", "1") == "0", reason="built with USE_OPENVINO=0")
+
+RTOL, ATOL = OP_TOL["float32"]
+B = 8
+
+
+def conv_net():
+    x = mx.sym.var("data")
+    c = mx.sym.Convolution(x, num_filter=16, kernel=(3, 3), pad=(1, 1), name="conv")
+    b = mx.sym.BatchNorm(c, fix_gamma=False, name="bn")
+    p = mx.sym.Pooling(mx.sym.relu(b, name="relu"), kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    fc = mx.sym.FullyConnected(p, num_hidden=10, name="fc")
+    return mx.sym.Group([mx.sym.softmax(fc, name="sm"), mx.sym.tanh(p, name="t")])
+
+
+def batch_mixing_net():
+    # Each sample minus the batch's mean: sample i of the output reads every input sample.
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
+    return mx.sym.broadcast_sub(fc, mx.sym.mean(fc, axis=0, keepdims=True), name="centre")
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Engines built as on a machine with two usable CPUs, whatever this one has."""
+    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 2)
+
+
+def _env(monkeypatch, cache_dir="", **extra):
+    for k, v in {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_BACKEND": "openvino",
+                 "MXNET_TENSORRT_CACHE_DIR": str(cache_dir), "MXNET_TENSORRT_RUNTIME_CHECK": "0", **extra}.items():
+        monkeypatch.setenv(k, v)
+
+
+def _data(shape, seed=1):
+    return np.random.RandomState(seed).uniform(-1, 1, shape).astype("float32")
+
+
+def _run(sym, shapes, x, accelerated):
+    args, aux = random_params(sym, shapes, 0)
+    if accelerated:
+        exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **shapes)
+    else:
+        with disabled():
+            exe = sym.simple_bind(mx.cpu(), grad_req="null", **shapes)
+        exe.copy_params_from(args, aux)
+    exe.arg_dict["data"][:] = x
+    exe.forward(is_train=False)
+    return exe, [o.asnumpy() for o in exe.outputs]
+
+
+def _close(got, ref):
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(r).max())))
+
+
+def test_a_separable_batch_runs_in_chunks_on_two_streams(monkeypatch, two_threads):
+    _env(monkeypatch)
+    shapes = {"data": (B, 3, 12, 12)}
+    x = _data(shapes["data"])
+    _, ref = _run(conv_net(), shapes, x, False)
+    exe, got = _run(conv_net(), shapes, x, True)
+    eng = mx_trt.bind_info(exe).engines[0].engine
+    assert eng.split == (1, 2) and eng.compiled.get_property("NUM_STREAMS") == 2
+    assert tuple(eng.compiled.inputs[0].shape) == (1, 3, 12, 12)
+    _close(got, ref)
+    # Every chunk reads the caller's arrays again: new data, new results in every sample.
+    x2 = _data(shapes["data"], seed=7)
+    exe.arg_dict["data"][:] = x2
+    for _ in range(3):
+        exe.forward(is_train=False)
+    _close([o.asnumpy() for o in exe.outputs], _run(conv_net(), shapes, x2, False)[1])
+
+
+def test_a_graph_that_mixes_samples_runs_as_one_batch(monkeypatch, two_threads, caplog):
+    _env(monkeypatch)
+    shapes = {"data": (B, 5)}
+    x = _data(shapes["data"])
+    _, ref = _run(batch_mixing_net(), shapes, x, False)
+    with caplog.at_level(logging.INFO, logger="mx_trt.builder.backends.openvino"):
+        exe, got = _run(batch_mixing_net(), shapes, x, True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split is None
+    assert "may mix samples" in caplog.text and "axis 0" in caplog.text
+    _close(got, ref)
+
+
+@pytest.mark.parametrize("extra, batch", [({"MXNET_TENSORRT_MAX_BATCH_SIZE": "16"}, B), ({}, 1)])
+def test_batch_dynamic_engines_and_batch_one_are_not_split(monkeypatch, two_threads, extra, batch):
+    _env(monkeypatch, **extra)
+    shapes = {"data": (batch, 3, 12, 12)}
+    x = _data(shapes["data"])
+    exe, got = _run(conv_net(), shapes, x, True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split is None
+    _close(got, _run(conv_net(), shapes, x, False)[1])
+
+
+def test_one_thread_is_not_split(monkeypatch):
+    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 1)
+    _env(monkeypatch)
+    exe, _ = _run(conv_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split is None
+
+
+def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_threads, tmp_path):
+    _env(monkeypatch, tmp_path)
+    shapes = {"data": (B, 3, 12, 12)}
+    x = _data(shapes["data"])
+    exe, cold = _run(conv_net(), shapes, x, True)
+    (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
+    with open(meta, encoding="utf-8") as f:
+        assert json.load(f)["meta"]["engine"]["split"] == [1, 2]
+    del exe
+    engines.clear_pool()
+    exe, warm = _run(conv_net(), shapes, x, True)
+    info = mx_trt.bind_info(exe)
+    assert info.loads == 1 and info.engines[0].engine.split == (1, 2)
+    np.testing.assert_array_equal(warm[0], cold[0])
+    # Loaded in a process with one usable CPU: the chunks run one after another, on one stream.
+    del exe
+    engines.clear_pool()
+    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 1)
+    exe, one = _run(conv_net(), shapes, x, True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split == (1, 1)
+    np.testing.assert_array_equal(one[0], cold[0])
+
+
+def test_a_failing_chunk_is_an_engine_run_error(monkeypatch, two_threads):
+    _env(monkeypatch)
+    shapes = {"data": (B, 3, 12, 12)}
+    exe, _ = _run(conv_net(), shapes, _data(shapes["data"]), True)
+    runner = mx_trt.bind_info(exe).engines[0].engine._split
+
+    class Broken:
+        def __init__(self, request):
+            self.request = request
+
+        def __getattr__(self, name):
+            return getattr(self.request, name)
+
+        def infer(self):
+            raise RuntimeError("chunk refused")
+
+    # Whichever stream takes a chunk fails (which one takes the chunks first is the threads' race).
+    runner.requests = [Broken(r) for r in runner.requests]
+    with pytest.raises(EngineRunError, match="chunk refused"):
+        mx_trt.bind_info(exe).engines[0].engine.run(*_buffers(exe))
+
+
+def _buffers(exe):
+    from mx_trt.builder.backends.base import Buffer
+
+    eng = mx_trt.bind_info(exe).engines[0].engine
+    ins = [np.zeros(t.shape, t.dtype) for t in eng.inputs]
+    outs = [np.zeros(t.shape, t.dtype) for t in eng.outputs]
+    _buffers.keep = (ins, outs)
+    return ([Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in ins],
+            [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in outs])

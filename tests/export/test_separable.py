@@ -1,0 +1,147 @@
+"""Batch separability of exported ONNX graphs (mx_trt.export.separable): which graphs may run in chunks of the batch."""
+from __future__ import annotations
+
+import mxnet as mx
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mx_trt.export.separable import batch_separable, split_sizes
+
+B = 4
+
+
+def model(nodes, inits=(), in_shape=(B, 3, 8, 8), out_shape=None, out="y"):
+    """A one-input, one-output ONNX model; shapes of the rest come from ONNX shape inference."""
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape) if out_shape else None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_net():
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "scale"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"], axis=1),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["g"], transB=1),
+             helper.make_node("Softmax", ["g"], ["y"], axis=1)]
+    inits = {"w": np.ones((6, 3, 3, 3), "f4"), "b": np.zeros(6, "f4"), "scale": np.ones((1, 6, 1, 1), "f4"),
+             "fw": np.ones((5, 6), "f4"), "fb": np.zeros(5, "f4")}
+    return model(nodes, inits, out_shape=(B, 5))
+
+
+def test_a_cnn_is_separable():
+    assert batch_separable(conv_net(), B) is None
+
+
+def test_batch_one_and_a_wrong_batch_are_not():
+    assert batch_separable(conv_net(), 1) == "batch 1"
+    assert "not batch-major" in batch_separable(conv_net(), B + 1)
+
+
+@pytest.mark.parametrize("nodes, inits, out_shape", [
+    ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([0, -1], "i8")}, (B, 192)),
+    ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([-1, 3, 64], "i8")}, (B, 3, 64)),
+    ([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], {}, (B, 8, 8, 3)),
+    ([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1)], {}, (B, 3, 1, 1)),
+    ([helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], {"a": np.array([-1], "i8")}, (B, 3, 8)),
+    ([helper.make_node("Concat", ["x", "x"], ["y"], axis=1)], {}, (B, 6, 8, 8)),
+    ([helper.make_node("Slice", ["x", "st", "en", "ax"], ["y"])],
+     {"st": np.array([1], "i8"), "en": np.array([3], "i8"), "ax": np.array([2], "i8")}, (B, 3, 2, 8)),
+    ([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": np.array([0, 0, 1, 1, 0, 0, 1, 1], "i8")}, (B, 3, 10, 10)),
+    ([helper.make_node("Resize", ["x", "", "sc"], ["y"])], {"sc": np.array([1, 1, 2, 2], "f4")}, (B, 3, 16, 16)),
+    ([helper.make_node("Add", ["x", "c"], ["y"])], {"c": np.ones((3, 1, 1), "f4")}, (B, 3, 8, 8)),
+    ([helper.make_node("MatMul", ["x", "m"], ["y"])], {"m": np.ones((8, 5), "f4")}, (B, 3, 8, 5)),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["x", "t"], ["y"])],
+     {}, (B, 3, 8, 8)),
+    ([helper.make_node("Squeeze", ["x", "a"], ["q"]), helper.make_node("Unsqueeze", ["q", "a"], ["y"])],
+     {"a": np.array([2], "i8")}, None),
+    ([helper.make_node("Split", ["x", "n"], ["y", "z"], axis=3)], {"n": np.array([4, 4], "i8")}, (B, 3, 8, 4)),
+])
+def test_operators_that_keep_samples_apart(nodes, inits, out_shape):
+    shape = (B, 3, 1, 8) if nodes[0].op_type == "Squeeze" else (B, 3, 8, 8)
+    assert batch_separable(model(nodes, inits, shape, out_shape or shape), B) is None
+
+
+@pytest.mark.parametrize("nodes, inits, out_shape, why", [
+    ([helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1), helper.make_node("Sub", ["x", "m"], ["y"])],
+     {}, (B, 3, 8, 8), "axis 0"),
+    ([helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1), helper.make_node("Sub", ["x", "m"], ["y"])],
+     {}, (B, 3, 8, 8), "reduces over the batch"),
+    ([helper.make_node("Softmax", ["x"], ["y"], axis=0)], {}, (B, 3, 8, 8), "axis 0"),
+    ([helper.make_node("Softmax", ["x"], ["y"], axis=-4)], {}, (B, 3, 8, 8), "axis -4"),
+    ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([B, -1], "i8")}, (B, 192), "dimension 0"),
+    ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([-1, 96], "i8")}, (2 * B, 96), "not batch-major"),
+    ([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2, 3])], {}, (3, B, 8, 8), "not batch-major"),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]), helper.make_node("Transpose", ["t"], ["y"],
+                                                                                        perm=[1, 0, 2, 3])],
+     {}, (B, 3, 8, 8), "moves axis 0"),
+    ([helper.make_node("Add", ["x", "c"], ["y"])], {"c": np.ones((B, 3, 8, 8), "f4")}, (B, 3, 8, 8), "spans dimension 0"),
+    ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["c"], to=TensorProto.FLOAT),
+      helper.make_node("ReduceProd", ["c"], ["n"], keepdims=1), helper.make_node("Div", ["x", "n"], ["y"])],
+     {}, (B, 3, 8, 8), "Shape"),
+    ([helper.make_node("Resize", ["x", "", "", "sz"], ["y"])], {"sz": np.array([B, 3, 16, 16], "i8")},
+     (B, 3, 16, 16), "sizes"),
+    ([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": np.array([1, 0, 0, 0, 1, 0, 0, 0], "i8")}, (B + 2, 3, 8, 8),
+     "not batch-major"),
+    ([helper.make_node("Concat", ["x", "x"], ["c"], axis=0), helper.make_node("Slice", ["c", "st", "en", "ax"], ["y"])],
+     {"st": np.array([1], "i8"), "en": np.array([B + 1], "i8"), "ax": np.array([0], "i8")}, (B, 3, 8, 8), "axis 0"),
+    ([helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=0)], {"k": np.array([B], "i8")}, (B, 3, 8, 8), "axis 0"),
+    ([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], {"i": np.arange(B)[::-1].astype("i8")}, (B, 3, 8, 8),
+     "along axis 0"),
+    ([helper.make_node("Einsum", ["x"], ["y"], equation="bchw->bchw")], {}, (B, 3, 8, 8), "no rule"),
+    ([helper.make_node("Relu", ["x"], ["y"], domain="com.example")], {}, (B, 3, 8, 8), "com.example"),
+])
+def test_operators_that_may_mix_samples(nodes, inits, out_shape, why):
+    got = batch_separable(model(nodes, inits, (B, 3, 8, 8), out_shape), B)
+    assert got is not None and why in got, got
+
+
+def test_an_output_of_constants_alone_is_not_batched():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["c"], ["y"])]
+    m = model(nodes, {"c": np.ones((B, 2), "f4")}, out_shape=(B, 2))
+    m.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [B, 3, 8, 8]))
+    assert "does not depend on the batch" in batch_separable(m, B)
+
+
+def test_embedding_lookup_by_batched_indices_is_separable():
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [B, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, 5, 7])],
+                          [numpy_helper.from_array(np.ones((10, 7), "f4"), "table")])
+    assert batch_separable(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), B) is None
+
+
+@pytest.mark.parametrize("batch, streams, expected", [
+    (8, 2, (1, 2)), (64, 2, (8, 2)), (6, 2, (1, 2)), (2, 2, (1, 2)), (1, 2, (1, 1)), (8, 1, (8, 1)),
+    (30, 4, (1, 4)), (7, 2, (1, 2)), (3, 8, (1, 3)), (96, 2, (12, 2)),
+])
+def test_split_sizes(batch, streams, expected):
+    sub, n = split_sizes(batch, streams)
+    assert (sub, n) == expected and batch % sub == 0 and n <= max(1, batch // sub)
+
+
+def _exported(sym, shape):
+    """The whole of ``sym`` exported as a bind exports it (random weights)."""
+    from benchmarks.bench_cpu_backends import export_whole
+    from tests.harness.mxcheck import random_params
+
+    args, aux = random_params(sym, {"data": shape}, 0)
+    return export_whole(sym, args, aux, shape)
+
+
+def test_exports_of_mxnet_graphs():
+    x = mx.sym.var("data")
+    c = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="c")
+    bn = mx.sym.BatchNorm(c, name="bn", fix_gamma=False)
+    fc = mx.sym.FullyConnected(mx.sym.relu(bn), num_hidden=3, name="fc")
+    assert batch_separable(_exported(fc, (B, 3, 6, 6)).model, B) is None
+    # Samples normalized by the batch's mean: each output sample depends on every input sample.
+    mixed = mx.sym.broadcast_sub(fc, mx.sym.mean(fc, axis=0, keepdims=True))
+    assert "axis 0" in batch_separable(_exported(mixed, (B, 3, 6, 6)).model, B)
+    # A reshape that folds two samples into one row.
+    folded = mx.sym.FullyConnected(mx.sym.reshape(x, shape=(B // 2, -1)), num_hidden=3, name="fc2")
+    assert batch_separable(_exported(folded, (B, 3, 6, 6)).model, B) is not None

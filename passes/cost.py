@@ -250,7 +250,8 @@ def choose_measured(native_ms: float, timed: Sequence[Timed],
     A reduced-precision engine (fp16, int8) counts only when it is faster than
     the fastest fp32 engine; the fastest remaining engine is kept when its time
     over MXNet's (:meth:`Timed.over`) is below ``keep_below`` (:data:`KEEP_BELOW`:
-    at least about 5% faster). Ties and near-ties go to MXNet. Pure; O(len(timed)).
+    at least about 5% faster; above 1, an engine that slower is kept too). Ties and near-ties go to MXNet
+    under the default margin. Pure; O(len(timed)).
 
     Example: ``choose_measured(3.2, [Timed("onnxruntime", "fp32", 4.1)])`` keeps
     MXNet: "kept native: engine 1.28x slower, measured 4.10 vs 3.20 ms".
@@ -271,8 +272,8 @@ def choose_measured(native_ms: float, timed: Sequence[Timed],
     best = min(pool, key=lambda t: t.over(native_ms))
     rel = best.over(native_ms)
     if rel < keep_below:
-        return best, (f"engine kept ({best.label}): {1 / rel:.2f}x faster, measured {best.ms:.2f} vs "
-                      f"{native_ms:.2f} ms" + suffix)
+        how = f"{1 / rel:.2f}x faster" if rel < 1.0 else f"{rel:.2f}x slower, within {keep_below:.2f}x"
+        return best, (f"engine kept ({best.label}): {how}, measured {best.ms:.2f} vs {native_ms:.2f} ms" + suffix)
     if rel < 1.0:
         return None, (f"kept native: engine only {1 / rel:.2f}x faster (below {1 / keep_below:.2f}x), measured "
                       f"{best.ms:.2f} vs {native_ms:.2f} ms ({best.label})" + suffix)

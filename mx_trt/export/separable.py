@@ -354,6 +354,27 @@ def batch_separable(model: Any, batch: int) -> Optional[str]:
     return None
 
 
+def model_macs(model: Any) -> int:
+    """Multiply-adds of ``model``'s convolutions and matrix products (``Conv``, ``ConvTranspose``, ``Gemm``,
+    ``MatMul``), from ONNX shape inference; nodes of unknown shapes count 0. O(nodes)."""
+    g = _Graph(model)
+    total = 0
+    for node in model.graph.node:
+        try:
+            if node.op_type in ("Conv", "ConvTranspose"):
+                # Conv: each output element reads Cin/group x kernel; ConvTranspose: each input element
+                # writes Cout/group x kernel. Both are dimensions 1: of the weight.
+                w, y = g.shapes[node.input[1]], g.shapes[node.output[0] if node.op_type == "Conv" else node.input[0]]
+                total += int(np.prod(y, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
+            elif node.op_type in ("Gemm", "MatMul"):
+                a, y = g.shapes[node.input[0]], g.shapes[node.output[0]]
+                k = a[0] if node.op_type == "Gemm" and _attr(node, "transA", 0) else a[-1]
+                total += int(np.prod(y, dtype=np.int64)) * int(k)
+        except (KeyError, TypeError, IndexError):  # a shape ONNX could not infer
+            continue
+    return total
+
+
 def split_sizes(batch: int, streams: int) -> Tuple[int, int]:
     """``(sub-batch, streams)`` for running ``batch`` samples on ``streams`` CPU streams.
 

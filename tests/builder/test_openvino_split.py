@@ -41,8 +41,9 @@ def batch_mixing_net():
 
 @pytest.fixture
 def two_threads(monkeypatch):
-    """Engines built as on a machine with two usable CPUs, whatever this one has."""
+    """Engines built as on a machine with two usable CPUs, whatever this one has; chunks of any size split."""
     monkeypatch.setattr(ov_backend, "engine_threads", lambda: 2)
+    monkeypatch.setattr(ov_backend, "SPLIT_MIN_CHUNK_MACS", 0)
 
 
 def _env(monkeypatch, cache_dir="", **extra):
@@ -111,6 +112,18 @@ def test_batch_dynamic_engines_and_batch_one_are_not_split(monkeypatch, two_thre
     exe, got = _run(conv_net(), shapes, x, True)
     assert mx_trt.bind_info(exe).engines[0].engine.split is None
     _close(got, _run(conv_net(), shapes, x, False)[1])
+
+
+def test_a_batch_of_small_samples_is_not_split(monkeypatch):
+    # 62 k multiply-adds a sample: handing chunks to streams would cost more than it saves.
+    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 2)
+    from mx_trt.export.separable import model_macs
+    from tests.export.test_separable import _exported
+
+    assert model_macs(_exported(conv_net(), (1, 3, 12, 12)).model) == 16 * 27 * 144 + 10 * 16 * 36
+    _env(monkeypatch)
+    exe, _ = _run(conv_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split is None
 
 
 def test_one_thread_is_not_split(monkeypatch):

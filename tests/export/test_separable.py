@@ -145,3 +145,15 @@ def test_exports_of_mxnet_graphs():
     # A reshape that folds two samples into one row.
     folded = mx.sym.FullyConnected(mx.sym.reshape(x, shape=(B // 2, -1)), num_hidden=3, name="fc2")
     assert batch_separable(_exported(folded, (B, 3, 6, 6)).model, B) is not None
+
+
+def test_model_macs_counts_convolutions_and_matrix_products():
+    from mx_trt.export.separable import model_macs
+
+    # Conv: 4 x 6 x 8 x 8 outputs x 27; Gemm: 4 x 5 outputs x 6.
+    assert model_macs(conv_net()) == B * 6 * 64 * 27 + B * 5 * 6
+    m = model([helper.make_node("MatMul", ["x", "m"], ["y"])], {"m": np.ones((8, 5), "f4")}, out_shape=(B, 3, 8, 5))
+    assert model_macs(m) == B * 3 * 8 * 5 * 8
+    t = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])], {"w": np.ones((3, 2, 2, 2), "f4")},
+              out_shape=(B, 2, 16, 16))
+    assert model_macs(t) == B * 3 * 64 * 2 * 2 * 2

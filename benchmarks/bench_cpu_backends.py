@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_cpu_backends.py [--models resnet50_v1,mobilenetv2_1.0] [--batches 1,8]
-        [--rounds 15] [--threads N[,N...]] [--busy] [--cold-binds N] [--json OUT.json]
+        [--rounds 15] [--threads N[,N...]] [--busy] [--one-stream] [--cold-binds N] [--json OUT.json]
 
 For each model-zoo network (seeded random weights, tests/models/test_model_zoo.py)
 and batch, the pass's own analysis and exporter make one static ONNX model of the
@@ -17,7 +17,9 @@ alike. Printed: the median, mean, 99th percentile and fastest milliseconds of ea
 (ONNX Runtime / OpenVINO: above 1 means OpenVINO is faster), the largest difference
 between their outputs, and the machine's load average before and after. With
 ``--busy`` each pair is timed again while a helper process keeps one core busy
-(benchmarks/busy.py, bounded: it stops by itself). ``--cold-binds N`` instead
+(benchmarks/busy.py, bounded: it stops by itself). ``--one-stream`` also times
+OpenVINO as one stream where its engine runs the batch in chunks on several
+streams (:class:`~mx_trt.builder.backends.openvino.SplitRunner`). ``--cold-binds N`` instead
 times N cold binds (a fresh plan cache each) of each model at the first batch
 under the measured engine rule, with ONNX Runtime alone as the CPU candidate and
 with OpenVINO beside it, alternating, and prints each bind's decision.
@@ -71,8 +73,9 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tup
     return exporter.export(sg.name, sg.nodes, ins, outs, plan.graph, [])
 
 
-def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
-    """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each."""
+def build_engines(exported: Any, threads: int, one_stream: bool = False) -> Dict[str, Any]:
+    """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each; with
+    ``one_stream``, also ``"openvino one stream"``: OpenVINO without its batch in chunks (where it splits it)."""
     from mx_trt.builder.backends import BACKENDS, BuildOptions
 
     out = {}
@@ -83,6 +86,9 @@ def build_engines(exported: Any, threads: int) -> Dict[str, Any]:
         # ONNX Runtime reads its count from "ort_threads" (the bind's MXNET_TENSORRT_ORT_THREADS), OpenVINO from "threads".
         out[name] = BACKENDS[name]().build(exported, BuildOptions(name=name, extra={"threads": threads,
                                                                                    "ort_threads": threads}))
+    if one_stream and getattr(out["openvino"], "split", None):
+        out["openvino one stream"] = BACKENDS["openvino"]().build(
+            exported, BuildOptions(name="openvino one stream", extra={"threads": threads, "split": False}))
     return out
 
 
@@ -121,7 +127,7 @@ def _summary(times: Dict[str, List[float]]) -> Dict[str, Any]:
 
 
 def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: Sequence[int],
-          busy: bool = False) -> List[Dict[str, Any]]:
+          busy: bool = False, one_stream: bool = False) -> List[Dict[str, Any]]:
     """A row per model, batch and thread count; each (model, batch)'s engines of every count timed in the same rounds."""
     from benchmarks.busy import BusyCore, deadline_for
     from tests.models.test_model_zoo import zoo_model
@@ -132,7 +138,7 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
         for b in batches:
             shape = (b, 3, size, size)
             exported = export_whole(sym, args, aux, shape)
-            engines = {f"{name} {t}t": e for t in threads for name, e in build_engines(exported, t).items()}
+            engines = {f"{name} {t}t": e for t in threads for name, e in build_engines(exported, t, one_stream).items()}
             x = np.random.RandomState(b).uniform(-1, 1, shape).astype(np.float32)
             t0 = time.perf_counter()
             times, gap = time_interleaved(engines, x, rounds)
@@ -146,7 +152,8 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
                     helper.stop(f"{model} batch {b}")
             for t in threads:
                 def of(ts: Dict[str, List[float]]) -> Dict[str, List[float]]:
-                    return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino")}
+                    return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino", "openvino one stream")
+                            if f"{name} {t}t" in ts}
 
                 row = {"model": model, "batch": b, "threads": t, "rounds": rounds, **_summary(of(times)),
                        "max_output_gap": gap}
@@ -156,8 +163,11 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
                 for label, r in [("", row)] + ([(" one core busy", row["busy"])] if busy_times is not None else []):
                     med = r["median_ms"]
                     logger.info("%s batch %d, %d thread(s)%s: onnxruntime %.1f ms, openvino %.1f ms (medians), "
-                                "ratio %.2f", model, b, t, label, med["onnxruntime"], med["openvino"],
-                                r["onnxruntime/openvino"])
+                                "ratio %.2f%s", model, b, t, label, med["onnxruntime"], med["openvino"],
+                                r["onnxruntime/openvino"],
+                                f"; openvino as one stream {med['openvino one stream']:.1f} ms (the batch in chunks: "
+                                f"{med['openvino one stream'] / med['openvino']:.2f}x)" if "openvino one stream" in med
+                                else "")
             del engines, exported
     return rows
 
@@ -224,6 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--threads", default=str(engine_threads()),
                    help="threads per engine; several (1,2): an engine of each count, timed in the same rounds")
     p.add_argument("--busy", action="store_true", help="also time with one core kept busy by a helper process")
+    p.add_argument("--one-stream", action="store_true",
+                   help="also time OpenVINO as one stream where it runs the batch in chunks")
     p.add_argument("--cold-binds", type=int, default=0, help="time this many cold binds per candidate set instead")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
@@ -238,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"load average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
         return 0
     rows = bench(a.models.split(","), [int(b) for b in a.batches.split(",")], a.rounds,
-                 [int(t) for t in a.threads.split(",")], a.busy)
+                 [int(t) for t in a.threads.split(",")], a.busy, a.one_stream)
     load_after = os.getloadavg()
     print(table(rows))
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; CPUs usable: {engine_threads()}")

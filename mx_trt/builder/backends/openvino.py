@@ -374,7 +374,8 @@ class OpenVinoBackend(Backend):
         outputs = [TensorSpec(*s) for s in exported.output_specs]
         ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
         held = {n: np.ascontiguousarray(a) for n, a in exported.external.items()}
-        split = _split_plan(exported, inputs, ranges, threads, options.name)
+        # extra "split": False keeps one stream (benchmarks compare the two).
+        split = _split_plan(exported, inputs, ranges, threads, options.name) if options.extra.get("split", True) else None
         if split is not None:
             config = split_config(config, split[1])
         try:

@@ -310,16 +310,25 @@ def _node_rule(node: Any, g: _Graph) -> Optional[str]:
     return rule(node, g)
 
 
-def batch_separable(model: Any, batch: int) -> Optional[str]:
+def tensor_shapes(model: Any) -> "_Graph":
+    """What :func:`batch_separable` and :func:`model_macs` read of ``model`` (one ONNX shape inference), to
+    give both when both are asked."""
+    return _Graph(model)
+
+
+def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Optional[str]:
     """``None`` when ``model`` computes each of its ``batch`` samples on its own, else the first reason it may not.
 
     Args:
         model: An ONNX ``ModelProto`` (initializers may be external: only their dims are read).
         batch: Dimension 0 of every input and output.
+        shapes: :func:`tensor_shapes` of ``model``, if already read.
     """
     if batch < 2:
         return f"batch {batch}"
-    g = _Graph(model)
+    g = shapes if shapes is not None else _Graph(model)
+    g.state = {t.name: CONST for t in model.graph.initializer}
+    g.state[""] = CONST
     graph = model.graph
     inits = {t.name for t in graph.initializer}
     for v in list(graph.input) + list(graph.output):
@@ -354,10 +363,11 @@ def batch_separable(model: Any, batch: int) -> Optional[str]:
     return None
 
 
-def model_macs(model: Any) -> int:
+def model_macs(model: Any, shapes: Optional["_Graph"] = None) -> int:
     """Multiply-adds of ``model``'s convolutions and matrix products (``Conv``, ``ConvTranspose``, ``Gemm``,
-    ``MatMul``), from ONNX shape inference; nodes of unknown shapes count 0. O(nodes)."""
-    g = _Graph(model)
+    ``MatMul``), from ONNX shape inference (``shapes``: :func:`tensor_shapes`, if already read); nodes of
+    unknown shapes count 0. O(nodes)."""
+    g = shapes if shapes is not None else _Graph(model)
     total = 0
     for node in model.graph.node:
         try:

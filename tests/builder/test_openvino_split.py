@@ -187,3 +187,18 @@ def _buffers(exe):
     _buffers.keep = (ins, outs)
     return ([Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in ins],
             [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in outs])
+
+
+def test_a_malformed_stored_split_is_a_build_error(monkeypatch, two_threads, tmp_path):
+    from mx_trt.builder.backends.base import BuildOptions
+    from mx_trt.errors import EngineBuildError
+
+    _env(monkeypatch, tmp_path)
+    _run(conv_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
+    (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
+    with open(meta, encoding="utf-8") as f:
+        engine_meta = json.load(f)["meta"]["engine"]
+    for bad in (["x"], [0], [None], 3):
+        with pytest.raises(EngineBuildError, match="split"):
+            ov_backend.OpenVinoBackend().load({**engine_meta, "split": bad}, os.path.dirname(meta),
+                                              BuildOptions(name="stored"))

@@ -26,10 +26,10 @@ runs its batch as chunks on several one-thread streams, each stream taking the
 next chunk when done (:class:`SplitRunner`). A latency engine splits each
 operator's work evenly over its threads, so another process holding one core
 makes every operator wait for the thread on that core; chunks go to whichever
-stream is free. Measured here (2-core AMD EPYC, AVX2), OpenVINO at two threads,
-batch 8, quiet / one core busy: ResNet-50 599 / 967 ms as one latency stream,
-583 / 750 ms as two streams of batch-1 chunks; DenseNet-121 526 / 935 against
-479 / 747 ms; MobileNetV2 83 / 133 against 70 / 104 ms.
+stream is free. Measured on a 2-core AMD EPYC with AVX2, OpenVINO at two
+threads, batch 8, quiet / one core busy: ResNet-50 739 / 1145 ms as one stream,
+606 / 877 ms as two streams of batch-1 chunks; MobileNetV2 58 / 127 against
+51 / 89 ms (``benchmarks/bench_cpu_backends.py --one-stream``).
 
 Stored engines are OpenVINO's compiled model (``CompiledModel.export_model``),
 weights included: a warm bind imports it and compiles nothing. The plan-cache
@@ -51,7 +51,7 @@ import numpy as np
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
-from mx_trt.export.separable import batch_separable, model_macs, split_sizes
+from mx_trt.export.separable import batch_separable, model_macs, split_sizes, tensor_shapes
 from mx_trt.export.spec import OpSpec
 from mx_trt.passes.ir import BatchRange
 from mx_trt.builder.backends.base import (
@@ -161,11 +161,12 @@ def _split_plan(exported: Any, inputs: Sequence[TensorSpec], ranges: Sequence[Ba
     sub, streams = split_sizes(int(batch), threads)
     if streams < 2:
         return None
-    chunk = model_macs(exported.model) * sub // max(1, int(batch))
+    shapes = tensor_shapes(exported.model)  # one ONNX shape inference for both checks
+    chunk = model_macs(exported.model, shapes) * sub // max(1, int(batch))
     if chunk < SPLIT_MIN_CHUNK_MACS:
         logger.debug("%s: one stream for the batch of %d: %d multiply-adds a chunk are too few", name, batch, chunk)
         return None
-    why = batch_separable(exported.model, int(batch))
+    why = batch_separable(exported.model, int(batch), shapes)
     if why is not None:
         logger.info("%s: one stream for the batch of %d: the graph may mix samples (%s)", name, batch, why)
         return None
@@ -402,8 +403,11 @@ class OpenVinoBackend(Backend):
         inputs = tensor_specs(meta["inputs"])
         split: Optional[Tuple[int, int]] = None
         if meta.get("split"):
-            sub = int(meta["split"][0])
-            split = (sub, max(1, min(threads, inputs[0].shape[0] // sub)))
+            try:
+                sub = int(meta["split"][0])
+                split = (sub, max(1, min(threads, int(inputs[0].shape[0]) // sub)))
+            except (TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+                raise EngineBuildError(f"{options.name}: stored engine's split {meta['split']!r} is malformed") from exc
             config["NUM_STREAMS"] = split[1]
         path = os.path.join(directory, str(meta.get("file", BLOB)))
         try:

@@ -163,24 +163,14 @@ def _squeeze(node: Any, g: _Graph) -> Optional[str]:
     axes = _axes_of(node, g, 1)
     if axes is None:
         return "axes that are not constant" if node.op_type == "Unsqueeze" else "no axes (it may drop axis 0)"
-    rank = g.rank(node.output[0] if node.op_type == "Unsqueeze" else node.input[0])
-    for a in axes:
-        zero = _is_axis0(a, rank)
-        if zero is None or zero:
-            return f"axis {a} may be axis 0"
-    return None
+    return _axes_reason(axes, g.rank(node.output[0] if node.op_type == "Unsqueeze" else node.input[0]))
 
 
 def _reduce(node: Any, g: _Graph) -> Optional[str]:
     axes = _axes_of(node, g, 1)
     if not axes:
         return "no axes (it reduces over the batch)"
-    rank = g.rank(node.input[0])
-    for a in axes:
-        zero = _is_axis0(a, rank)
-        if zero is None or zero:
-            return f"axis {a} may be axis 0"
-    return None
+    return _axes_reason(axes, g.rank(node.input[0]))
 
 
 def _along_axis(node: Any, g: _Graph) -> Optional[str]:
@@ -226,10 +216,11 @@ def _quantize(node: Any, g: _Graph) -> Optional[str]:
 def _slice(node: Any, g: _Graph) -> Optional[str]:
     if len(node.input) < 4 or not node.input[3]:
         return "no axes (it may slice the batch)"
-    return _reduce_like_axes(g.value(node.input[3]), g.rank(node.input[0]))
+    return _axes_reason(g.value(node.input[3]), g.rank(node.input[0]))
 
 
-def _reduce_like_axes(axes: Optional[List[int]], rank: Optional[int]) -> Optional[str]:
+def _axes_reason(axes: Optional[List[int]], rank: Optional[int]) -> Optional[str]:
+    """``None`` when none of ``axes`` (of a tensor of ``rank``) is axis 0, else why it may be."""
     if axes is None:
         return "axes that are not constant"
     for a in axes:

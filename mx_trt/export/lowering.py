@@ -27,6 +27,7 @@ from mx_trt.errors import EngineBuildError
 from mx_trt.export.converters.common import FLOAT_DTYPES, ONNX_DTYPE, cast
 from mx_trt.export.converters.registry import ConvContext
 from mx_trt.export.converters.vision import ZERO_IMAGE_PADS, roi_align_matmul
+from mx_trt.export.shapes import onnx_tensors, static_dims
 from mx_trt.export.spec import OpSpec
 from mx_trt.export.subgraph import ExportedSubgraph
 
@@ -42,17 +43,8 @@ def _roi_aligns(graph: Any) -> List[Any]:
 
 def _inferred(model: Any) -> Tuple[Dict[str, Tuple[Optional[int], ...]], Dict[str, int]]:
     """Every tensor's shape (``None`` for a symbolic dimension) and element type that ONNX shape inference finds."""
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes: Dict[str, Tuple[Optional[int], ...]] = {}
-    types: Dict[str, int] = {}
-    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        types[vi.name] = t.elem_type
-        if t.HasField("shape"):
-            shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
-    return shapes, types
+    shapes, types = onnx_tensors(model)
+    return {k: static_dims(v) for k, v in shapes.items()}, types
 
 
 def _zero_image_pads(g: Any) -> Dict[str, Any]:

@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mx_trt.export.shapes import onnx_tensors, static_dims
+
 logger = logging.getLogger(__name__)
 
 CONST, BATCHED = "const", "batched"
@@ -53,7 +55,7 @@ PER_SAMPLE = frozenset({
 #: Operators along one axis (attribute ``axis``, with ONNX's default; CumSum's is its input 1): separable unless
 #: it is axis 0.
 ALONG_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "ArgMax": 0, "ArgMin": 0, "CumSum": None,
-              "Concat": 1, "Split": 0, "TopK": -1, "Flatten": 1, "LayerNormalization": -1}
+              "Split": 0, "TopK": -1, "Flatten": 1, "LayerNormalization": -1}
 #: Reductions: separable when their axes are given and exclude 0.
 REDUCE = frozenset({"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
                     "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"})
@@ -63,19 +65,15 @@ class _Graph:
     """What the rules read: each tensor's state, rank and (when known) shape; constant values of initializers."""
 
     def __init__(self, model: Any) -> None:
-        from onnx import numpy_helper, shape_inference
+        from onnx import numpy_helper
 
         try:
-            inferred = shape_inference.infer_shapes(model, strict_mode=False)
-        except Exception as exc:  # shape inference refuses some custom domains: ranks stay unknown
+            found = onnx_tensors(model)[0]
+        except Exception as exc:  # shape inference refuses some custom domains: the shapes the model declares
             logger.debug("separable: ONNX shape inference failed (%s); ranks from the graph alone", exc)
-            inferred = model
-        g = inferred.graph
-        self.shapes: Dict[str, Tuple[Any, ...]] = {}
-        for v in list(g.input) + list(g.value_info) + list(g.output):
-            t = v.type.tensor_type
-            if t.HasField("shape"):
-                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+            found = onnx_tensors(model, infer=False)[0]
+        g = model.graph
+        self.shapes: Dict[str, Tuple[Any, ...]] = {k: static_dims(v) for k, v in found.items()}
         self.values: Dict[str, np.ndarray] = {}
         for t in g.initializer:
             self.shapes[t.name] = tuple(t.dims)
@@ -89,8 +87,8 @@ class _Graph:
                         self.shapes[n.output[0]] = tuple(arr.shape)
                         if arr.size <= 64:
                             self.values[n.output[0]] = arr
-        self.state: Dict[str, str] = {t.name: CONST for t in g.initializer}
-        self.state[""] = CONST  # an omitted optional input
+        #: Tensor name -> CONST or BATCHED, filled by :func:`batch_separable`'s walk.
+        self.state: Dict[str, str] = {}
 
     def rank(self, name: str) -> Optional[int]:
         s = self.shapes.get(name)
@@ -181,12 +179,17 @@ def _along_axis(node: Any, g: _Graph) -> Optional[str]:
         axis = _attr(node, "axis", ALONG_AXIS[node.op_type])
     if axis is None:
         return "an axis that is not constant"
-    zero = _is_axis0(int(axis), g.rank(node.input[0]))
-    if zero is None or zero:
-        return f"axis {axis} may be axis 0"
-    if any(g.state[n] != CONST for n in node.input[1:] if n) and node.op_type != "Concat":
+    why = _axes_reason([int(axis)], g.rank(node.input[0]))
+    if why is None and any(g.state[n] != CONST for n in node.input[1:] if n):
         return "a batched second input"
-    return None
+    return why
+
+
+def _concat(node: Any, g: _Graph) -> Optional[str]:
+    """Batched parts joined along an axis other than 0 (a constant part would have to span the batch)."""
+    if any(g.state[n] != BATCHED for n in node.input):
+        return "constant parts"
+    return _axes_reason([int(_attr(node, "axis", 0))], g.rank(node.input[0]))
 
 
 def _gather(node: Any, g: _Graph) -> Optional[str]:
@@ -277,7 +280,7 @@ _RULES: Dict[str, Callable[[Any, _Graph], Optional[str]]] = {
     "Reshape": _reshape, "Transpose": _transpose, "Squeeze": _squeeze, "Unsqueeze": _squeeze, "Slice": _slice,
     "Pad": _pad, "Resize": _resize, "Upsample": _first_dim_one(1, "scales"), "Expand": _first_dim_one(1, "shape"),
     "Tile": _first_dim_one(1, "repeats"), "Gemm": _gemm, "MatMul": _matmul, "Gather": _gather,
-    "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
+    "QuantizeLinear": _quantize, "DequantizeLinear": _quantize, "Concat": _concat,
     **{op: _reduce for op in REDUCE}, **{op: _along_axis for op in ALONG_AXIS},
 }
 
@@ -289,8 +292,6 @@ def _node_rule(node: Any, g: _Graph) -> Optional[str]:
         return f"operator {node.domain}.{op}"
     if op in ELEMENTWISE:
         return _broadcast(node, g, [n for n in node.input if n])
-    if op == "Concat":
-        return _along_axis(node, g) if all(g.state[n] == BATCHED for n in node.input) else "constant parts"
     if op in PER_SAMPLE:
         if g.state[node.input[0]] != BATCHED or any(g.state[n] != CONST for n in node.input[1:] if n):
             return "batched weights"
@@ -319,7 +320,7 @@ def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -
         return f"batch {batch}"
     g = shapes if shapes is not None else _Graph(model)
     g.state = {t.name: CONST for t in model.graph.initializer}
-    g.state[""] = CONST
+    g.state[""] = CONST  # an omitted optional input
     graph = model.graph
     inits = {t.name for t in graph.initializer}
     for v in list(graph.input) + list(graph.output):

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt.errors import ConversionError
 
-__all__ = ["PluginShape", "check_user_shapes", "plugin_shapes_of", "shape_text"]
+__all__ = ["PluginShape", "check_user_shapes", "onnx_tensors", "plugin_shapes_of", "shape_text", "static_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,22 +87,40 @@ def plugin_shapes_of(nodes: Sequence[Any], known: Mapping[str, Optional[Sequence
     return found
 
 
-def _inferred(model: Any) -> Dict[str, List[Any]]:
-    """Tensor name -> shape after ONNX shape inference (a dimension: int, name, or ``None`` if unknown)."""
+def onnx_tensors(model: Any, strict: bool = False, infer: bool = True) -> Tuple[Dict[str, Tuple[Any, ...]], Dict[str, int]]:
+    """Each tensor's dimensions and element type after ONNX shape inference (``infer`` False: as the model
+    declares them), for the graph's inputs, inferred values and outputs. A dimension is an int, the name of a
+    symbolic one, or ``None`` if unknown.
+
+    Raises:
+        Exception: what ONNX's shape inference raises for a model it cannot read (``strict``: also for an
+            operator it cannot infer).
+    """
     from onnx import shape_inference
 
+    g = shape_inference.infer_shapes(model, strict_mode=strict).graph if infer else model.graph
+    shapes: Dict[str, Tuple[Any, ...]] = {}
+    types: Dict[str, int] = {}
+    for vi in [*g.input, *g.value_info, *g.output]:
+        t = vi.type.tensor_type
+        types[vi.name] = t.elem_type
+        if t.HasField("shape"):
+            shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return shapes, types
+
+
+def static_dims(shape: Sequence[Any]) -> Tuple[Optional[int], ...]:
+    """``shape`` (from :func:`onnx_tensors`) with symbolic dimensions as ``None``."""
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def _inferred(model: Any) -> Dict[str, Tuple[Any, ...]]:
+    """Tensor name -> shape after ONNX shape inference; empty if it fails (then nothing is checked)."""
     try:
-        done = shape_inference.infer_shapes(model, strict_mode=False)
+        return onnx_tensors(model)[0]
     except Exception as exc:  # noqa: BLE001 - onnx raises its own types; no inference means no check
         logger.debug("ONNX shape inference failed (%s): user converter shapes not checked", exc)
         return {}
-    out: Dict[str, List[Any]] = {}
-    g = done.graph
-    for vi in list(g.value_info) + list(g.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
-    return out
 
 
 def check_user_shapes(model: Any, outputs: Sequence[Tuple[str, str, Sequence[str], Sequence[Any]]],

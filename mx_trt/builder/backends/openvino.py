@@ -226,7 +226,8 @@ class SplitRunner:
                     request.set_output_tensor(i, t)
                 request.infer()
 
-        others = [_helpers().submit(work, r) for r in self.requests[1:]]
+        pool = _pool if _pool is not None else _helpers()  # the lock only until the pool exists
+        others = [pool.submit(work, r) for r in self.requests[1:]]
         try:
             work(self.requests[0])
         finally:

@@ -9,11 +9,16 @@ Two checks, both against MXNet's own values for the same graph and weights:
 * :func:`compare_outputs`: the final outputs, with detection outputs (rows of
   ``[id, score, box...]`` padded with -1) compared as sets, since detections
   that tie in score may come out in another order.
+
+Detectors' final detections are checked by :func:`detection_problems`: a valid
+greedy suppression of native's candidates, not equal to native's, since the
+suppression turns the rounding of tied scores into other kept boxes.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,18 +71,20 @@ def native_values(sym: Any, params: Mapping[str, Any], shapes: Mapping[str, Tupl
 
 
 def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL, as_sets: bool = False,
-                  min_match: float = 0.0) -> List[str]:
+                  supp: Optional[Suppression] = None) -> List[str]:
     """Run every engine of ``exe`` on native MXNet's values of its inputs; return the mismatches.
 
     ``as_sets`` compares each float output as a set of rows (see :func:`_rows`): for
     engines that sort tied scores (MXNet's CPU sort is unstable, so any order of
     equal keys is as right as another).
 
-    ``min_match`` > 0: an engine that computes the model's detections (graph outputs
-    0-2, ids, scores and boxes after suppression) has them matched one to one with
-    native's (:func:`match_detections`), at least this share of each side; its other
-    outputs are compared as usual. Suppression turns rounding differences upstream
-    of it into other kept boxes, so elementwise equality is not the measure there.
+    ``supp`` (a detector's, from :func:`native_suppression`): an engine that
+    computes the model's detections (graph outputs 0-2, ids, scores and boxes
+    after suppression) has them checked by :func:`detection_problems` against
+    native's candidates of the final suppression; its other outputs are compared
+    as usual. Suppression turns
+    rounding differences of tied scores into other kept boxes, so elementwise
+    equality is not the measure there.
 
     Returns:
         One line per output that differs from native beyond the tolerance (empty: all match).
@@ -106,10 +113,8 @@ def check_engines(model: Any, exe: Any, rtol: float = RTOL, atol: float = ATOL, 
         engine.run([Buffer(int(f.ctypes.data), f.shape, f.dtype.name) for f in feeds],
                    [Buffer(int(r.ctypes.data), r.shape, r.dtype.name) for r in results])
         got = dict(zip(outs, results))
-        if min_match > 0 and all(h in got for h in heads):
-            matched, n_ref, n_got = match_detections([ref[h] for h in heads], [got[h] for h in heads])
-            if n_ref == 0 or matched < min_match * n_ref or matched < min_match * n_got:
-                bad.append(f"{fused.name}: {matched} detections matched of {n_ref} native and {n_got} in the engine")
+        if supp is not None and all(h in got for h in heads):
+            bad += [f"{fused.name}: {p}" for p in detection_problems([ref[h] for h in heads], [got[h] for h in heads], supp)]
             outs = [e for e in outs if e not in heads]
             results = [got[e] for e in outs]
         for e, r in zip(outs, results):
@@ -166,6 +171,194 @@ def op_counts(sym: Any) -> Dict[str, int]:
         if n["op"] != "null":
             counts[n["op"]] = counts.get(n["op"], 0) + 1
     return counts
+
+
+#: MXNet's non-maximum suppression operators (GluonCV's detectors end with one).
+NMS_OPS = ("_contrib_box_nms", "_contrib_box_non_maximum_suppression")
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """The last ``box_nms`` before a detector's outputs: its settings and native MXNet's candidates.
+
+    ``rows`` is native's value of the operator's input, ``(batch, N, width)`` rows
+    of ``[.., id, score, box ..]``. Detections are the candidates the greedy
+    suppression kept, so an accelerated detection must be one of these rows, and
+    no two detections it keeps may overlap more
+    than ``overlap`` (see :func:`suppression_problems`).
+    """
+
+    rows: np.ndarray
+    id_index: int
+    score_index: int
+    coord_start: int
+    overlap: float
+    valid_thresh: float
+    background_id: int
+    per_class: bool
+    center_in: bool
+    center_out: bool
+
+
+def final_suppression(graph: Any) -> Any:
+    """The ``box_nms`` node nearest upstream of ``graph``'s second head (the scores), or ``None``.
+
+    Breadth-first over producers: O(nodes + edges).
+    """
+    seen = {graph.heads[1].node}
+    frontier = [graph.heads[1].node]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            node = graph.nodes[v]
+            if node.op in NMS_OPS:
+                return node
+            for e in node.inputs:
+                if e.node not in seen:
+                    seen.add(e.node)
+                    nxt.append(e.node)
+        frontier = nxt
+    return None
+
+
+def native_suppression(model: Any, graph: Any) -> Suppression:
+    """The final suppression of ``model`` (imported as ``graph``), with native MXNet's candidates (one forward)."""
+    node = final_suppression(graph)
+    assert node is not None, "no box_nms upstream of the detection outputs"
+    rows = native_values(model.sym, model.params, model.shapes, model.inputs, graph, [node.inputs[0]])[node.inputs[0]]
+    rows = np.asarray(rows, np.float64)
+    a = node.attrs
+    id_index = int(a.get("id_index", -1))
+    return Suppression(rows=rows.reshape(rows.shape[0], -1, rows.shape[-1]), id_index=id_index,
+                       score_index=int(a.get("score_index", 1)), coord_start=int(a.get("coord_start", 2)),
+                       overlap=float(a.get("overlap_thresh", 0.5)), valid_thresh=float(a.get("valid_thresh", 0.0)),
+                       background_id=int(a.get("background_id", -1)),
+                       per_class=id_index >= 0 and a.get("force_suppress", "False") not in ("True", "true", "1"),
+                       center_in=a.get("in_format", "corner") == "center",
+                       center_out=a.get("out_format", "corner") == "center")
+
+
+def _corners(boxes: np.ndarray, center: bool) -> np.ndarray:
+    if not center:
+        return boxes
+    x, y, w, h = (boxes[..., i] for i in range(4))
+    return np.stack([x - w / 2, y - h / 2, x + w / 2, y + h / 2], axis=-1)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every corner box of ``a`` (M, 4) with every one of ``b`` (K, 4), as MXNet's box_nms computes it."""
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    w = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    h = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    inter = w * h
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def suppression_problems(dets: Sequence[np.ndarray], supp: Suppression, rtol: float = RTOL,
+                         atol: float = ATOL) -> List[str]:
+    """Why the detections ``(ids, scores, boxes)`` are not a greedy suppression of ``supp``'s candidates.
+
+    Greedy NMS keeps candidates in score order, each one unless a kept box of its
+    class (any class without ``per_class``) overlaps it by more than ``overlap``.
+    With random weights many candidates tie in score to 1e-6 (neighbouring anchors
+    of YOLOv3 and SSD), and rounding decides which of a tied pair is kept first;
+    that choice changes which later boxes survive, so the kept sets of two exact
+    implementations differ. What holds for any order of scores within
+    ``atol + rtol`` of each other, checked here, with boxes within ``atol + rtol *
+    max|box|`` and IoU within 1e-4 of the threshold:
+
+    1. every detection is a candidate (same id, score and box);
+    2. no two detections overlap by more than ``overlap``;
+    3. every candidate scoring above the lowest detection (by more than the score
+       tolerance) is a detection, or overlaps a detection of its class, scoring
+       no lower than it (within the tolerance), by more than ``overlap``.
+
+    Wrong scores, boxes, ids, thresholds or order all break one of the three.
+    Detections whose batch differs from the suppression's (Faster R-CNN's, one
+    suppression row per class, joined after it) are split into its rows.
+    O(batch * (detections * candidates)).
+
+    Returns:
+        One line per batch row and rule broken (empty: a valid suppression).
+    """
+    ids, scores, boxes = (np.asarray(a, np.float64) for a in dets[:3])
+    rows = supp.rows.shape[0]
+    if ids.shape[0] != rows:
+        # Faster R-CNN suppresses each class as a row of its own, and its outputs join the rows.
+        assert ids.shape[0] * ids.shape[1] % rows == 0, (ids.shape, supp.rows.shape)
+        ids, scores, boxes = (a.reshape(rows, -1, a.shape[-1]) for a in (ids, scores, boxes))
+    box_tol = atol + rtol * max(1.0, float(np.abs(supp.rows[..., supp.coord_start:supp.coord_start + 4]).max()))
+    score_tol = atol + rtol
+    problems: List[str] = []
+    for b in range(ids.shape[0]):
+        valid = ids[b, :, 0] >= 0
+        k_id, k_sc, k_box = ids[b, valid, 0], scores[b, valid, 0], boxes[b][valid]
+        c_id, c_sc, c_box = _candidates(supp, b)
+        if not len(k_id):
+            if len(c_id):
+                problems.append(f"batch {b}: no detections of {len(c_id)} candidates")
+            continue
+        same_id = k_id[:, None] == c_id[None, :]
+        found = same_id & (np.abs(k_sc[:, None] - c_sc[None, :]) <= score_tol) \
+            & (np.abs(k_box[:, None, :] - c_box[None, :, :]).max(axis=2) <= box_tol)
+        if not found.any(axis=1).all():
+            problems.append(f"batch {b}: {int((~found.any(axis=1)).sum())} of {len(k_id)} detections are not candidates")
+        k_corner, c_corner = _corners(k_box, supp.center_out), _corners(c_box, supp.center_out)
+        clash = np.triu(_iou(k_corner, k_corner) > supp.overlap + 1e-4, k=1)
+        if supp.per_class:
+            clash &= k_id[:, None].astype(np.int64) == k_id[None, :].astype(np.int64)
+        if clash.any():
+            problems.append(f"batch {b}: {int(clash.sum())} pairs of detections overlap by more than {supp.overlap}")
+        above = (c_sc > k_sc.min() + score_tol) & ~found.any(axis=0)
+        cover = _iou(c_corner[above], k_corner) > supp.overlap - 1e-4
+        cover &= k_sc[None, :] >= c_sc[above][:, None] - score_tol
+        if supp.per_class:
+            cover &= c_id[above][:, None].astype(np.int64) == k_id[None, :].astype(np.int64)
+        missing = int((~cover.any(axis=1)).sum())
+        if missing:
+            problems.append(f"batch {b}: {missing} candidates above the lowest detection neither kept nor suppressed "
+                            f"by a higher detection")
+    return problems
+
+
+def _candidates(supp: Suppression, b: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ids, scores and boxes (in the output's format) of the valid candidates of batch row ``b``."""
+    rows = supp.rows[b]
+    c_id = rows[:, supp.id_index] if supp.id_index >= 0 else np.zeros(len(rows))
+    c_sc = rows[:, supp.score_index]
+    keep = (c_sc > supp.valid_thresh) & (c_id >= 0)
+    if supp.id_index >= 0:
+        keep &= c_id != supp.background_id
+    c_box = rows[keep, supp.coord_start:supp.coord_start + 4]
+    if supp.center_in != supp.center_out:
+        c_box = _corners(c_box, supp.center_in)
+        if supp.center_out:
+            c_box = np.stack([(c_box[:, 0] + c_box[:, 2]) / 2, (c_box[:, 1] + c_box[:, 3]) / 2,
+                              c_box[:, 2] - c_box[:, 0], c_box[:, 3] - c_box[:, 1]], axis=-1)
+    return c_id[keep], c_sc[keep], c_box
+
+
+def detection_problems(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], supp: Suppression,
+                       rtol: float = RTOL, atol: float = ATOL, count_share: float = 0.05) -> List[str]:
+    """Accelerated detections ``got`` against native's ``ref``, both ``(ids, scores, boxes)``.
+
+    ``got`` must be a valid greedy suppression of native's candidates
+    (:func:`suppression_problems`), and keep as many detections as native within
+    ``count_share`` (ties change which later boxes survive, not how many, beyond a
+    few). Native's own detections pass the same check, or the check is wrong.
+
+    Returns:
+        One line per problem (empty: the detections are right).
+    """
+    bad = [f"native: {p}" for p in suppression_problems(ref, supp, rtol, atol)]
+    bad += suppression_problems(got, supp, rtol, atol)
+    n_ref = int((np.asarray(ref[0]) >= 0).sum())
+    n_got = int((np.asarray(got[0]) >= 0).sum())
+    if n_ref == 0 or abs(n_got - n_ref) > count_share * n_ref:
+        bad.append(f"{n_got} detections against native's {n_ref}")
+    return bad
 
 
 def match_detections(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float = RTOL,

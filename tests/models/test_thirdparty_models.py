@@ -8,15 +8,19 @@ For each model (built offline by ``tests/models/thirdparty.py``):
   of its outputs (``tests/models/compare.py``: fp32, ``|got - ref| <= 1e-4 +
   1e-3 * max|ref|`` per tensor, integers exactly);
 * the final outputs equal native's within the same tolerance. Detectors are the
-  exception: with random weights their class scores agree to 1e-7 (measured:
-  the top 20 scores of SSD, YOLOv3 and Faster R-CNN have gaps of 0 to 1e-6), so
-  NMS turns rounding differences of 1e-6 into other suppressions (MXNet's own
-  box_nms, fed the native and the accelerated inputs of YOLOv3-MobileNet, keeps
-  84 of the same 100 boxes). YOLOv3 and Faster R-CNN are built with spread score
-  logits (``thirdparty.spread_scores``). Their detections -- the final outputs, and
-  the outputs of the engine that computes them -- are matched one to one (same
-  class, score within 1e-4, box within 1e-3 of the range): at least ``min_match``
-  of native's and of the engine's must be found;
+  exception: with random weights many of their candidates tie in score to 1e-6
+  (neighbouring anchors of YOLOv3 and SSD, one 16-pixel stride apart), and
+  rounding decides which of a tied pair the suppression keeps first, which
+  changes the boxes kept after it (YOLOv3-MobileNet on an AVX2 CPU: 65 of 96
+  detections equal to native's, every other one a tied neighbour or a box such a
+  choice left unsuppressed). So their detections -- the final outputs, and the
+  outputs of the engine that computes them -- must be a valid greedy suppression
+  of native MXNet's candidates of the final ``box_nms`` (``compare.
+  suppression_problems``: each detection a candidate, no two above the overlap
+  threshold, every higher candidate kept or suppressed by a higher detection;
+  scores within 1.1e-3, boxes within 1e-3 of the range), and as many as native's
+  within 5%. YOLOv3 and Faster R-CNN are built with spread score logits
+  (``thirdparty.spread_scores``);
 * the partition meets the model's target: at most ``max_engines`` engines, and
   only the operators listed in ``native`` left to MXNet, besides small
   post-processing after them that the cost rule leaves native. Detectors, their
@@ -33,30 +37,26 @@ import pytest
 
 import mx_trt
 from mx_trt.frontends.hook import disabled
-from tests.models.compare import check_engines, compare_outputs, match_detections
+from tests.models.compare import (check_engines, compare_outputs, detection_problems, match_detections,
+                                  native_suppression)
 from tests.models.thirdparty import MODELS
-
-#: Detectors: one engine with their post-processing (box_nms and the slices after it), nothing native;
-#: their detections matched one to one, at least this share of native's and of the engine's.
-DETECTOR_MATCH = 0.95
 
 
 @dataclass(frozen=True)
 class Target:
     max_engines: int
     native: FrozenSet[str] = frozenset()
-    #: Final outputs compared (as sets for detection); False: engines checked, outputs only by shape.
-    #: Detectors: the share of native detections, and of accelerated ones, that must be matched
-    #: one to one (see the module docstring).
-    min_match: float = 0.0
+    #: Detectors (one engine with their post-processing, box_nms and the slices after it,
+    #: nothing native): detections checked against native's candidates (see the module docstring).
+    detector: bool = False
 
 
 TARGETS: Dict[str, Target] = {
-    "ssd_resnet50": Target(1, min_match=DETECTOR_MATCH),
-    "ssd_mobilenet": Target(1, min_match=DETECTOR_MATCH),
-    "yolo3_darknet53": Target(1, min_match=DETECTOR_MATCH),
-    "yolo3_mobilenet": Target(1, min_match=DETECTOR_MATCH),
-    "faster_rcnn": Target(1, min_match=DETECTOR_MATCH),
+    "ssd_resnet50": Target(1, detector=True),
+    "ssd_mobilenet": Target(1, detector=True),
+    "yolo3_darknet53": Target(1, detector=True),
+    "yolo3_mobilenet": Target(1, detector=True),
+    "faster_rcnn": Target(1, detector=True),
     "fcn": Target(1),
     "psp": Target(1),
     "deeplab": Target(1),
@@ -103,14 +103,15 @@ def test_model_matches_native(name, monkeypatch, default_engine_rule):
     assert len(info.engines) <= target.max_engines, summary
     assert native_ops <= target.native, summary + f"; reasons: {_reasons(info, native_ops - target.native)}"
 
-    bad = check_engines(model, exe, min_match=target.min_match)
+    supp = native_suppression(model, graph) if target.detector else None
+    bad = check_engines(model, exe, supp=supp)
     assert not bad, "\n".join(bad)
     assert [(r.shape, r.dtype) for r in ref] == [(g.shape, g.dtype) for g in got]
-    if model.kind == "detection":
+    if supp is not None:
         matched, n_ref, n_got = match_detections(ref, got)
-        summary += f"; {matched} of {n_ref} detections matched ({n_got} accelerated)"
-        assert n_ref > 0 and abs(n_got - n_ref) <= 0.05 * n_ref, summary
-        assert matched >= target.min_match * n_ref and matched >= target.min_match * n_got, summary
+        summary += f"; {matched} of {n_ref} detections equal to native's ({n_got} accelerated)"
+        bad = detection_problems(ref, got, supp)
+        assert not bad, summary + "; " + "; ".join(bad)
     else:
         bad = compare_outputs(ref, got)
         assert not bad, "\n".join(bad)

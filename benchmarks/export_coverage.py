@@ -43,7 +43,7 @@ def _zoo(name: str, size: int) -> Any:
     from tests.models.test_model_zoo import zoo_model
     from tests.models.thirdparty import Model
 
-    sym, args, aux, _ = zoo_model(name)
+    sym, args, aux, _ = zoo_model(name, size=size)
     shape = (1, 3, size, size)
     x = np.random.RandomState(1).uniform(-1, 1, shape).astype("float32")
     return Model(name, sym, args, aux, {"data": shape}, {"data": "float32"}, {"data": x}, "classification")
@@ -75,9 +75,10 @@ def builders() -> Dict[str, Tuple[Callable[[], Any], str]]:
         "bert_12_768_12": (lambda: bert_model(seq_len=32), "1x32 tokens"),
         "islands (synthetic)": (_islands, "1x256"),
     }
+    from tests.models.test_model_zoo import zoo_size
+
     for name in ZOO:
-        # The smallest input each takes: SqueezeNet's and DenseNet's last pooling windows are fixed for 224.
-        size = 299 if name.startswith("inception") else 224 if name.startswith(("squeezenet", "densenet")) else 64
+        size = zoo_size(name)  # the smallest input each takes (fixed pooling windows need their ImageNet size)
         out[name] = ((lambda n=name, s=size: _zoo(n, s)), f"1x3x{size}x{size}")
     return out
 

@@ -171,8 +171,8 @@ def test_zoo_model_builds_int8(name, backend):
     """Every int8 subgraph parses and builds; the Q/DQ pairs are in the graphs built."""
     import mx_trt
 
-    sym, args, aux, _ = zoo_model(name)
     size = INT8_ZOO[name]
+    sym, args, aux, _ = zoo_model(name, size=size)
     rng = np.random.RandomState(0)
     batches = [rng.uniform(-1, 1, (2, 3, size, size)).astype("float32")]
     table = mx_trt.calibrate(sym, (args, aux), batches, method="minmax", progress=False, backend="tensorrt_rtx")

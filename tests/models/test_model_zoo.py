@@ -1,6 +1,7 @@
 """Every architecture of ``mxnet.gluon.model_zoo.vision``, accelerated vs native.
 
-Weights are random and seeded (no download). fp32 tolerance for whole models:
+Weights are random and seeded (no download); inputs are 64x64 where the
+architecture allows (:data:`FIXED_SIZE`). fp32 tolerance for whole models:
 ``max|accelerated - native| <= 1e-4 + 1e-4 * max|native|`` elementwise-max over
 the output (rounding from ~50-200 layers and from ONNX Runtime's different
 convolution algorithms, relative to the output's range).
@@ -37,13 +38,28 @@ def test_the_list_is_the_whole_zoo():
     assert names == set(ZOO)
 
 
-def zoo_model(name: str, seed: int = 0):
-    """(symbol, arg_params, aux_params, image size) with seeded random weights."""
+#: Input sizes: the networks whose head pools a fixed window (DenseNet 7, Inception 8, SqueezeNet 13)
+#: take their ImageNet size; the others (global pooling, or a Dense that infers its inputs: VGG,
+#: AlexNet) take 64, with the same layers (VGG's first Dense then has 2048 inputs, not 25088).
+FIXED_SIZE = {"densenet": 224, "inception": 299, "squeezenet": 224}
+SMALL_SIZE = 64
+
+
+def zoo_size(name: str) -> int:
+    """The input size the suite runs model-zoo classifier ``name`` at (see :data:`FIXED_SIZE`)."""
+    return next((v for k, v in FIXED_SIZE.items() if name.startswith(k)), SMALL_SIZE)
+
+
+def zoo_model(name: str, seed: int = 0, size: int = 0):
+    """(symbol, arg_params, aux_params, image size) with seeded random weights.
+
+    ``size`` 0: :func:`zoo_size`. VGG's and AlexNet's weights depend on it.
+    """
     mx.random.seed(seed)
     rng = np.random.RandomState(seed)
     net = vision.get_model(name, pretrained=False)
     net.initialize(mx.init.Xavier(magnitude=2.0))
-    size = 299 if name.startswith("inception") else 224
+    size = size or zoo_size(name)
     net(mx.nd.zeros((1, 3, size, size)))
     sym = net(mx.sym.var("data"))
     args, aux = {}, {}

@@ -159,10 +159,10 @@ def test_zoo_model_builds(name, fp16, backend):
     assert stats["subgraphs"] >= 1
 
 
-#: Vision models whose INT8 subgraphs the gate builds, at a small input (the Q/DQ patterns:
-#: plain and grouped/depthwise convolutions, residual adds, concatenations, the classifier).
-INT8_ZOO = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenetv2_0.25": 64, "squeezenet1.1": 224, "mobilenet0.25": 64,
-            "resnet50_v2": 64, "densenet121": 224, "inceptionv3": 299, "alexnet": 224}
+#: Vision models whose INT8 subgraphs the gate builds, at the suite's input sizes (``zoo_size``; the Q/DQ
+#: patterns: plain and grouped/depthwise convolutions, residual adds, concatenations, the classifier).
+INT8_ZOO = ("resnet18_v1", "resnet18_v2", "mobilenetv2_0.25", "squeezenet1.1", "mobilenet0.25", "resnet50_v2",
+            "densenet121", "inceptionv3", "alexnet")
 
 
 @pytest.mark.slow
@@ -171,8 +171,7 @@ def test_zoo_model_builds_int8(name, backend):
     """Every int8 subgraph parses and builds; the Q/DQ pairs are in the graphs built."""
     import mx_trt
 
-    size = INT8_ZOO[name]
-    sym, args, aux, _ = zoo_model(name, size=size)
+    sym, args, aux, size = zoo_model(name)
     rng = np.random.RandomState(0)
     batches = [rng.uniform(-1, 1, (2, 3, size, size)).astype("float32")]
     table = mx_trt.calibrate(sym, (args, aux), batches, method="minmax", progress=False, backend="tensorrt_rtx")

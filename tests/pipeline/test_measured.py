@@ -262,6 +262,25 @@ def test_subgraph_graph_cuts_the_subgraph_out():
     sub.validate()
 
 
+def test_timing_inputs_are_weights_or_values_every_index_accepts():
+    # Inputs the model may read as token ids or lengths get values in [0, 1) (0 as an index), never negative:
+    # standard normal ones made MXNet's own BERT forward write outside its buffers and end the process.
+    from mx_trt.passes.ir import Entry, Graph, Node
+
+    table = mx.nd.array(np.arange(12, dtype="float32").reshape(4, 3))
+    g = Graph(nodes=[Node(0, "tokens", "null"), Node(1, "table", "null"), Node(2, "lengths", "null"),
+                     Node(3, "emb", "Embedding", {"input_dim": "4", "output_dim": "3"}, (Entry(0), Entry(1)))],
+              heads=[Entry(3)], shapes={Entry(0): (64, 32), Entry(1): (4, 3), Entry(2): (64,)},
+              dtypes={Entry(0): "float32", Entry(2): "int32"})
+    feeds = measure._feeds(g, {"table": table})
+    assert feeds["table"] is table
+    tokens = feeds["tokens"]
+    assert tokens.dtype == np.float32 and tokens.min() >= 0.0 and tokens.max() < 1.0 and tokens.std() > 0.1
+    assert feeds["lengths"].dtype == np.int32 and not feeds["lengths"].any()
+    out = mx.nd.Embedding(mx.nd.array(tokens), table, input_dim=4, output_dim=3).asnumpy()
+    np.testing.assert_array_equal(out, np.broadcast_to(table.asnumpy()[0], out.shape))
+
+
 def test_alternate_runs_in_rounds_within_the_budget():
     calls = []
     now = [0.0]

@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -47,8 +47,10 @@ MODELS = ("resnet50_v1", "mobilenetv2_1.0")
 BATCHES = (1, 8)
 
 
-def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tuple[int, ...]) -> Any:
-    """The whole network as one static ONNX model, exported as a bind exports it."""
+def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any],
+                 shape: Union[Tuple[int, ...], Mapping[str, Tuple[int, ...]]]) -> Any:
+    """The whole network as one static ONNX model, exported as a bind exports it (``shape``: the input
+    ``data``'s, or every input's by name)."""
     from mx_trt.builder.backends import select_backend
     from mx_trt.export.dynamic import SubgraphExporter
     from mx_trt.passes.fuse import boundary
@@ -58,7 +60,7 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], shape: Tup
     from mx_trt.settings import Settings
 
     params = {**args, **aux}
-    shapes = {"data": shape}
+    shapes = {k: tuple(v) for k, v in shape.items()} if isinstance(shape, Mapping) else {"data": tuple(shape)}
     plan = analyze(BindRequest(sym, shapes, params, Settings(engine_rule="always"), select_backend("cpu")))
     inside, total = plan.op_counts()
     if inside != total or len(plan.partition.subgraphs) != 1:

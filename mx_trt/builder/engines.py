@@ -293,8 +293,12 @@ class EngineProvider:
         if users:  # the user converters it uses: their identity, version and code
             parts["user_converters"] = users
         pool_key = make_key(parts)  # O(subgraph size), once: the exact key builds on it
-        exact = {"format": KEY_FORMAT, "pool_key": pool_key, "bound": [list(job.graph.shapes[e]) for e in job.inputs],
+        bound = [tuple(job.graph.shapes[e]) for e in job.inputs]
+        exact = {"format": KEY_FORMAT, "pool_key": pool_key, "bound": [list(s) for s in bound],
                  "batch_ranges": [list(r) for r in job.batch_ranges]}
+        layout = self.backend.layout_for(bound, bool(job.batch_ranges))
+        if layout:  # e.g. OpenVINO's chunks of the batch, chosen for this process's CPUs
+            exact["layout"] = layout
         return pool_key, make_key(exact)
 
     def cache_key(self, job: SubgraphJob) -> str:

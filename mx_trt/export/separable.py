@@ -2,31 +2,42 @@
 
 An engine may run a batch of ``B`` as several smaller batches, side by side on
 separate CPU streams (:mod:`mx_trt.builder.backends.openvino`), only when
-sample ``i`` of every output depends on sample ``i`` of the inputs alone, and
-the graph holds no constant that spells out ``B``. That is not guessed from the
-MXNet operators: it is read off the exported ONNX graph, whose operators have a
-fixed meaning, by propagating one of two states through it in topological order:
+sample ``i`` of every output depends on sample ``i`` of the inputs alone. That
+is not guessed from the MXNet operators: it is read off the exported ONNX
+graph, whose operators have a fixed meaning, by propagating a state through it
+in topological order:
 
 * ``CONST``: computed from initializers and ``Constant`` nodes only;
-* ``BATCHED``: axis 0 is the batch and sample ``i`` depends on input sample ``i`` only.
+* ``BATCHED`` at a position ``(axis, inner)``: dimension ``axis`` has the size
+  ``B * inner``, and its index divided by ``inner`` is the sample, on which
+  alone that slice depends. Graph inputs and outputs are at ``(0, 1)``; a
+  ``Transpose`` moves the batch to another axis (BERT's time-major layers
+  hold it at axis 1), a ``Reshape`` may fold it with the attention heads into
+  one axis (``(T, B, 12 * 192)`` to ``(T, B * 12, 192)``: ``(1, 12)``).
 
-Every graph input and output must have dimension 0 equal to ``B``. Each
-operator has a rule (:data:`_RULES`) that says when a batched input leaves its
-output batched: elementwise operators when the other inputs are batched at the
-same rank or constants that broadcast over the batch (dimension 0 of 1, or a
-lower rank); convolutions and pooling with constant weights; reductions,
-softmax, sorting, concatenation, splits and slices along an axis other than 0;
-``Reshape`` to a constant shape that keeps dimension 0 (``0``, or ``-1`` with
-the sample's size in the other dimensions); ``Transpose`` that keeps axis 0
-first; and so on. An operator without a rule, or one whose rule fails, makes
-the model not separable, with the reason. Conservative by construction: a
-``False`` can only cost speed.
+Each operator has a rule (:data:`_RULES`) that gives its output's position from
+its inputs', or says why its samples may mix: elementwise operators when their
+batched inputs agree and their constants do not span the batch axis;
+convolutions and pooling with the batch at axis 0 and constant weights;
+reductions, softmax, sorting, concatenation, splits and slices along other
+axes; matrix products whose contraction is not the batch axis; ``Reshape``
+when the batch stays the outer factor of one axis; and so on. An operator
+without a rule, or one whose rule fails, makes the model not separable, with
+the reason. Conservative by construction: a ``False`` can only cost speed.
+
+Constants must not spell out ``B`` either: a chunk is compiled at its own
+batch. The one exception is a ``Reshape`` whose constant target shape gives the
+batch axis's size (MXNet's exporter writes ``[96, 32]`` for a mask of 8
+samples and 12 heads): :attr:`BatchSplit.reshapes` holds the shape to write
+instead, with ``-1`` at the batch axis, and :func:`without_batch_constants`
+writes it into a copy of the model.
 
 Complexity: O(nodes + edges), plus one ONNX shape inference (ranks and constant
 shapes; it reads no weight data).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -37,6 +48,8 @@ from mx_trt.export.shapes import onnx_tensors, static_dims
 logger = logging.getLogger(__name__)
 
 CONST, BATCHED = "const", "batched"
+#: Where a batched tensor holds its batch: ``(axis, inner)``, dimension ``axis`` of size ``batch * inner``.
+Pos = Tuple[int, int]
 
 #: Operators applied element by element (several inputs broadcast as numpy does).
 ELEMENTWISE = frozenset({
@@ -46,19 +59,40 @@ ELEMENTWISE = frozenset({
     "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "PRelu", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus",
     "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
 })
-#: Operators over input 0's samples, every other input (weights, biases, statistics) a constant.
+#: Operators over input 0's samples along its axis 0 (channels at axis 1), every other input (weights,
+#: biases, statistics) a constant.
 PER_SAMPLE = frozenset({
     "AveragePool", "BatchNormalization", "Conv", "ConvInteger", "ConvTranspose", "DepthToSpace", "GlobalAveragePool",
     "GlobalLpPool", "GroupNormalization", "GlobalMaxPool", "InstanceNormalization", "LpNormalization", "LpPool", "LRN", "MaxPool",
     "QLinearConv", "SpaceToDepth",
 })
 #: Operators along one axis (attribute ``axis``, with ONNX's default; CumSum's is its input 1): separable unless
-#: it is axis 0.
+#: it is the batch axis. Softmax, LogSoftmax and Hardmax before opset 13 work on every axis from ``axis`` on.
 ALONG_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "ArgMax": 0, "ArgMin": 0, "CumSum": None,
-              "Split": 0, "TopK": -1, "Flatten": 1, "LayerNormalization": -1}
-#: Reductions: separable when their axes are given and exclude 0.
+              "Split": 0, "TopK": -1}
+#: Operators over every axis from ``axis`` on (default): separable when the batch axis comes before it.
+FROM_AXIS = {"LayerNormalization": -1}
+#: Reductions: separable when their axes are given and exclude the batch axis.
 REDUCE = frozenset({"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
                     "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"})
+
+
+class _Mixes(Exception):
+    """An operator may mix samples; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSplit:
+    """What :func:`batch_split` found.
+
+    Attributes:
+        reason: ``None`` when the model computes each sample on its own, else the first reason it may not.
+        reshapes: Output name of each ``Reshape`` whose constant target shape spells out the batch -> the
+            shape to give it instead (``-1`` at the batch axis); empty unless separable.
+    """
+
+    reason: Optional[str]
+    reshapes: Mapping[str, Tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 class _Graph:
@@ -87,8 +121,14 @@ class _Graph:
                         self.shapes[n.output[0]] = tuple(arr.shape)
                         if arr.size <= 64:
                             self.values[n.output[0]] = arr
-        #: Tensor name -> CONST or BATCHED, filled by :func:`batch_separable`'s walk.
+        self.opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        #: Tensor name -> CONST or BATCHED, filled by :func:`batch_split`'s walk.
         self.state: Dict[str, str] = {}
+        #: Batched tensor name -> its batch's position.
+        self.pos: Dict[str, Pos] = {}
+        self.batch = 0
+        #: Reshape output -> the batch-free target shape to write (:attr:`BatchSplit.reshapes`).
+        self.reshapes: Dict[str, Tuple[int, ...]] = {}
 
     def rank(self, name: str) -> Optional[int]:
         s = self.shapes.get(name)
@@ -97,6 +137,9 @@ class _Graph:
     def value(self, name: str) -> Optional[List[int]]:
         v = self.values.get(name)
         return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
+
+    def batched(self, name: str) -> bool:
+        return self.state.get(name) == BATCHED
 
 
 def _attr(node: Any, name: str, default: Any = None) -> Any:
@@ -108,11 +151,13 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
     return default
 
 
-def _is_axis0(axis: int, rank: Optional[int]) -> Optional[bool]:
-    """Whether ``axis`` (negative counts from the end) is axis 0; ``None`` if that needs the unknown rank."""
+def _norm(axis: int, rank: Optional[int]) -> int:
+    """``axis`` counted from the start (negative counts from the end)."""
     if axis >= 0:
-        return axis == 0
-    return None if rank is None else axis + rank == 0
+        return axis
+    if rank is None:
+        raise _Mixes(f"axis {axis} of a tensor of unknown rank")
+    return axis + rank
 
 
 def _axes_of(node: Any, g: _Graph, input_index: int) -> Optional[List[int]]:
@@ -121,206 +166,337 @@ def _axes_of(node: Any, g: _Graph, input_index: int) -> Optional[List[int]]:
     if axes is not None:
         return list(axes)
     if len(node.input) > input_index and node.input[input_index]:
+        if g.batched(node.input[input_index]):
+            raise _Mixes("batched axes")
         return g.value(node.input[input_index])
     return None
 
 
-def _broadcast(node: Any, g: _Graph, inputs: Sequence[str]) -> Optional[str]:
-    """Elementwise broadcasting: batched inputs at the output's rank, constants that do not span the batch."""
+def _data(node: Any, g: _Graph) -> Pos:
+    """Input 0's position, every other input a constant."""
+    if not g.batched(node.input[0]) or any(g.batched(n) for n in node.input[1:] if n):
+        raise _Mixes("batched weights or parameters")
+    return g.pos[node.input[0]]
+
+
+def _prod(dims: Sequence[Any]) -> int:
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
+        raise _Mixes(f"dimensions {tuple(dims)} not known")
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _broadcast(node: Any, g: _Graph, inputs: Sequence[str]) -> Pos:
+    """Elementwise broadcasting: batched inputs at the output's rank and one position, constants that do not
+    span the batch axis."""
     ranks = [g.rank(n) for n in inputs]
     if any(r is None for r in ranks):
-        return "an input of unknown rank"
+        raise _Mixes("an input of unknown rank")
     out = max(r for r in ranks if r is not None)
+    pos: Optional[Pos] = None
     for name, r in zip(inputs, ranks):
-        if g.state[name] == BATCHED and r != out:
-            return f"batched input {name} of rank {r} broadcast to rank {out}"
-        if g.state[name] == CONST and r == out and out > 0 and g.shapes[name][0] != 1:
-            return f"constant {name} spans dimension 0 ({g.shapes[name][0]})"
-    return None
+        if g.batched(name):
+            if r != out:
+                raise _Mixes(f"batched input {name} of rank {r} broadcast to rank {out}")
+            if pos is not None and g.pos[name] != pos:
+                raise _Mixes(f"inputs batched at {pos} and {g.pos[name]} (axis, inner)")
+            pos = g.pos[name]
+    assert pos is not None  # a node with no batched input is a constant
+    for name, r in zip(inputs, ranks):
+        at = pos[0] - (out - (r or 0))
+        if not g.batched(name) and at >= 0 and g.shapes[name][at] != 1:
+            raise _Mixes(f"constant {name} spans the batch axis {pos[0]} ({g.shapes[name][at]})")
+    return pos
 
 
-def _reshape(node: Any, g: _Graph) -> Optional[str]:
-    shape = g.value(node.input[1]) if len(node.input) > 1 and g.state.get(node.input[1]) == CONST else None
-    if shape is None:
-        return "a shape that is not a small constant"
-    if not shape or shape[0] == 0:
-        return None if shape else "a scalar result"
-    src = g.shapes.get(node.input[0])
-    if shape[0] == -1 and src is not None and all(d for d in src[1:]) and all(d > 0 for d in shape[1:]):
-        if int(np.prod(shape[1:], dtype=np.int64)) == int(np.prod(src[1:], dtype=np.int64)):
-            return None
-    return f"shape {shape} does not keep dimension 0"
+def _regroup(src: Sequence[Any], dst: Sequence[Any], pos: Pos, batch: int) -> Pos:
+    """Where the batch at ``pos`` of a tensor of shape ``src`` lands when its elements are read as shape ``dst``
+    (row-major, as ``Reshape`` and ``Flatten`` read them): the outer factor of one axis, or :class:`_Mixes`."""
+    axis, inner = pos
+    pre = _prod(src[:axis])  # the elements before one sample's, in each group
+    if all(isinstance(d, (int, np.integer)) for d in src):
+        post = inner * _prod(src[axis + 1:])  # one sample's elements in each group
+    else:  # the same count from the target's size
+        total = _prod(dst)
+        if total % (pre * batch):
+            raise _Mixes(f"shape {tuple(dst)} does not hold a whole batch")
+        post = total // (pre * batch)
+    acc = 1
+    for k, d in enumerate(dst):
+        if not isinstance(d, (int, np.integer)):
+            break
+        if acc == pre and d % batch == 0 and d // batch * _prod(dst[k + 1:]) == post:
+            return k, d // batch
+        acc *= int(d)
+        if acc > pre:
+            break
+    raise _Mixes(f"the batch at {pos} of {tuple(src)} does not stay the outer factor of one axis of {tuple(dst)}")
 
 
-def _transpose(node: Any, g: _Graph) -> Optional[str]:
+def _reshape(node: Any, g: _Graph) -> Pos:
+    if g.batched(node.input[1]):
+        raise _Mixes("a batched shape")
+    shape = g.value(node.input[1])
+    src, dst = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
+    if shape is None or src is None or dst is None or len(shape) != len(dst):
+        raise _Mixes("a shape that is not a small constant, or unknown ranks")
+    pos = _regroup(src, dst, g.pos[node.input[0]], g.batch)
+    k, b = pos[0], g.pos[node.input[0]][0]
+    zero_copies = not _attr(node, "allowzero", 0)
+    # The target is free of the batch when its size at k is inferred (-1) or copied from the batch axis (0),
+    # and no 0 copies the batch axis's size to another axis.
+    free = shape[k] == -1 or (zero_copies and shape[k] == 0 and k == b)
+    if zero_copies and b < len(shape) and shape[b] == 0 and k != b:
+        free = False
+    if not free:
+        if any(not isinstance(d, (int, np.integer)) or d <= 0 for d in dst):
+            raise _Mixes(f"a target shape {shape} that spells out the batch, and a result of unknown size")
+        g.reshapes[node.output[0]] = tuple(-1 if j == k else int(d) for j, d in enumerate(dst))
+    return pos
+
+
+def _flatten(node: Any, g: _Graph) -> Pos:
+    src, dst = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
+    if src is None or dst is None:
+        raise _Mixes("unknown shapes")
+    return _regroup(src, dst, _data(node, g), g.batch)
+
+
+def _transpose(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     perm = _attr(node, "perm")
-    return None if perm is not None and list(perm)[0] == 0 else f"perm {perm} moves axis 0"
+    if perm is None:
+        rank = g.rank(node.input[0])
+        if rank is None:
+            raise _Mixes("no perm, and an unknown rank")
+        perm = list(range(rank))[::-1]
+    return list(perm).index(axis), inner
 
 
-def _squeeze(node: Any, g: _Graph) -> Optional[str]:
+def _squeeze(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     axes = _axes_of(node, g, 1)
     if axes is None:
-        return "axes that are not constant" if node.op_type == "Unsqueeze" else "no axes (it may drop axis 0)"
-    return _axes_reason(axes, g.rank(node.output[0] if node.op_type == "Unsqueeze" else node.input[0]))
+        raise _Mixes("axes that are not constant" if node.op_type == "Unsqueeze" else "no axes (it may drop the batch)")
+    if node.op_type == "Squeeze":
+        dropped = {_norm(a, g.rank(node.input[0])) for a in axes}
+        if axis in dropped:
+            raise _Mixes(f"it drops the batch axis {axis}")
+        return axis - sum(1 for a in dropped if a < axis), inner
+    added = {_norm(a, g.rank(node.output[0])) for a in axes}
+    kept = [j for j in range(len(added) + (g.rank(node.input[0]) or 0)) if j not in added]
+    return kept[axis], inner
 
 
-def _reduce(node: Any, g: _Graph) -> Optional[str]:
+def _reduce(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     axes = _axes_of(node, g, 1)
     if not axes:
-        return "no axes (it reduces over the batch)"
-    return _axes_reason(axes, g.rank(node.input[0]))
+        raise _Mixes("no axes (it reduces over the batch)")
+    axes = [_norm(a, g.rank(node.input[0])) for a in axes]
+    if axis in axes:
+        raise _Mixes(f"it reduces the batch axis {axis}")
+    return (axis if _attr(node, "keepdims", 1) else axis - sum(1 for a in axes if a < axis)), inner
 
 
-def _along_axis(node: Any, g: _Graph) -> Optional[str]:
+def _along_axis(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     if node.op_type == "CumSum":
         v = g.value(node.input[1]) if len(node.input) > 1 else None
-        axis = v[0] if v else None
+        along = v[0] if v else None
     else:
-        axis = _attr(node, "axis", ALONG_AXIS[node.op_type])
-    if axis is None:
-        return "an axis that is not constant"
-    why = _axes_reason([int(axis)], g.rank(node.input[0]))
-    if why is None and any(g.state[n] != CONST for n in node.input[1:] if n):
-        return "a batched second input"
-    return why
+        along = _attr(node, "axis", ALONG_AXIS[node.op_type])
+    if along is None:
+        raise _Mixes("an axis that is not constant")
+    a = _norm(int(along), g.rank(node.input[0]))
+    if node.op_type in ("Softmax", "LogSoftmax", "Hardmax") and g.opset < 13:
+        if axis >= a:  # before opset 13: over every axis from ``axis`` on
+            raise _Mixes(f"axis {along} covers the batch axis {axis}")
+    elif a == axis:
+        raise _Mixes(f"axis {along} is the batch axis")
+    if node.op_type in ("ArgMax", "ArgMin") and not _attr(node, "keepdims", 1) and a < axis:
+        axis -= 1
+    return axis, inner
 
 
-def _concat(node: Any, g: _Graph) -> Optional[str]:
-    """Batched parts joined along an axis other than 0 (a constant part would have to span the batch)."""
-    if any(g.state[n] != BATCHED for n in node.input):
-        return "constant parts"
-    return _axes_reason([int(_attr(node, "axis", 0))], g.rank(node.input[0]))
+def _from_axis(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
+    a = _norm(int(_attr(node, "axis", FROM_AXIS[node.op_type])), g.rank(node.input[0]))
+    if axis >= a:
+        raise _Mixes(f"it normalizes from axis {a}, which covers the batch axis {axis}")
+    return axis, inner
 
 
-def _gather(node: Any, g: _Graph) -> Optional[str]:
-    """Constant indices along a sample's axis, or batched indices into a constant table along its axis 0."""
-    data, idx = g.state[node.input[0]], g.state[node.input[1]]
-    zero = _is_axis0(int(_attr(node, "axis", 0)), g.rank(node.input[0]))
-    if data == BATCHED and idx == CONST:
-        return None if zero is False else "it may gather along axis 0"
-    if data == CONST and idx == BATCHED:
-        return None if zero else "batched indices along another axis than 0"
-    return "batched data and indices"
+def _concat(node: Any, g: _Graph) -> Pos:
+    """Batched parts at one position joined along another axis (a constant part would have to span the batch)."""
+    if any(not g.batched(n) for n in node.input):
+        raise _Mixes("constant parts")
+    pos = {g.pos[n] for n in node.input}
+    if len(pos) > 1:
+        raise _Mixes(f"parts batched at {sorted(pos)}")
+    (axis, inner), = pos
+    if _norm(int(_attr(node, "axis", 0)), g.rank(node.input[0])) == axis:
+        raise _Mixes(f"it joins along the batch axis {axis}")
+    return axis, inner
 
 
-def _quantize(node: Any, g: _Graph) -> Optional[str]:
-    """Q/DQ: a per-tensor scale, or per-channel along an axis other than 0."""
-    why = _broadcast(node, g, [n for n in node.input if n])
-    if why is not None:
-        return why
+def _gather(node: Any, g: _Graph) -> Pos:
+    """Constant indices along another axis than the batch's, or batched indices into a constant table."""
+    data, idx = node.input[0], node.input[1]
+    along = _norm(int(_attr(node, "axis", 0)), g.rank(data))
+    if g.batched(data) and not g.batched(idx):
+        axis, inner = g.pos[data]
+        if along == axis:
+            raise _Mixes(f"it gathers along the batch axis {axis}")
+        r = g.rank(idx)
+        if r is None:
+            raise _Mixes("indices of unknown rank")
+        return (axis if axis < along else axis + r - 1), inner
+    if idx and g.batched(idx) and not g.batched(data):
+        axis, inner = g.pos[idx]
+        return along + axis, inner
+    raise _Mixes("batched data and indices")
+
+
+def _quantize(node: Any, g: _Graph) -> Pos:
+    """Q/DQ: a per-tensor scale, or per-channel along another axis than the batch's."""
+    axis, inner = _data(node, g)
     scale = g.shapes.get(node.input[1])
-    if scale and int(np.prod([d or 0 for d in scale])) != 1:
-        zero = _is_axis0(int(_attr(node, "axis", 1)), g.rank(node.input[0]))
-        if zero is None or zero:
-            return "per-channel along axis 0"
-    return None
+    if scale is None or _prod(scale) != 1:
+        if _norm(int(_attr(node, "axis", 1)), g.rank(node.input[0])) == axis:
+            raise _Mixes(f"per-channel along the batch axis {axis}")
+    return axis, inner
 
 
-def _slice(node: Any, g: _Graph) -> Optional[str]:
+def _slice(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     if len(node.input) < 4 or not node.input[3]:
-        return "no axes (it may slice the batch)"
-    return _axes_reason(g.value(node.input[3]), g.rank(node.input[0]))
-
-
-def _axes_reason(axes: Optional[List[int]], rank: Optional[int]) -> Optional[str]:
-    """``None`` when none of ``axes`` (of a tensor of ``rank``) is axis 0, else why it may be."""
+        raise _Mixes("no axes (it may slice the batch)")
+    axes = g.value(node.input[3])
     if axes is None:
-        return "axes that are not constant"
-    for a in axes:
-        zero = _is_axis0(a, rank)
-        if zero is None or zero:
-            return f"axis {a} may be axis 0"
-    return None
+        raise _Mixes("axes that are not constant")
+    if axis in {_norm(a, g.rank(node.input[0])) for a in axes}:
+        raise _Mixes(f"it slices the batch axis {axis}")
+    return axis, inner
 
 
-def _pad(node: Any, g: _Graph) -> Optional[str]:
+def _pad(node: Any, g: _Graph) -> Pos:
+    axis, inner = _data(node, g)
     pads = g.value(node.input[1]) if len(node.input) > 1 else _attr(node, "pads")
     rank = g.rank(node.input[0])
-    if pads is None or rank is None or len(node.input) > 3 and node.input[3]:
-        return "pads that are not constant, or axes"
-    return None if pads[0] == 0 and pads[rank] == 0 else "it pads the batch"
+    if pads is None or rank is None or len(pads) != 2 * rank or len(node.input) > 3 and node.input[3]:
+        raise _Mixes("pads that are not constant, or axes")
+    if pads[axis] or pads[axis + rank]:
+        raise _Mixes(f"it pads the batch axis {axis}")
+    return axis, inner
 
 
-def _first_dim_one(index: int, what: str) -> Callable[[Any, _Graph], Optional[str]]:
-    def rule(node: Any, g: _Graph) -> Optional[str]:
-        v = g.value(node.input[index]) if len(node.input) > index and node.input[index] else None
+def _per_axis(index: int, what: str, keeps: float) -> Callable[[Any, _Graph], Pos]:
+    """A rule for operators whose constant input ``index`` has one value per axis (``keeps`` at the batch's)."""
+    def rule(node: Any, g: _Graph) -> Pos:
+        axis, inner = _data(node, g)
+        v = g.values.get(node.input[index]) if len(node.input) > index and node.input[index] else None
         rank = g.rank(node.input[0])
-        if v is None or rank is None or len(v) != rank:
-            return f"{what} that are not constant at the input's rank"
-        return None if v[0] == 1 else f"{what} {v} change the batch"
+        if v is None or rank is None or v.size < rank:
+            raise _Mixes(f"{what} that are not constant at the input's rank or more")
+        flat = np.asarray(v).reshape(-1)
+        shift = flat.size - rank  # Expand may add leading axes
+        if flat[axis + shift] != keeps:
+            raise _Mixes(f"{what} {flat.tolist()} change the batch axis {axis}")
+        return axis + shift, inner
     return rule
 
 
-def _resize(node: Any, g: _Graph) -> Optional[str]:
+def _resize(node: Any, g: _Graph) -> Pos:
     if len(node.input) > 3 and node.input[3]:
-        return "sizes (they spell out the batch)"
-    return _first_dim_one(2, "scales")(node, g) if len(node.input) > 2 and node.input[2] else "no scales"
+        raise _Mixes("sizes (they spell out the batch)")
+    if len(node.input) > 2 and node.input[2]:
+        return _per_axis(2, "scales", 1.0)(node, g)
+    raise _Mixes("no scales")
 
 
-def _gemm(node: Any, g: _Graph) -> Optional[str]:
+def _gemm(node: Any, g: _Graph) -> Pos:
     if _attr(node, "transA", 0):
-        return "transA"
-    return None if g.state[node.input[0]] == BATCHED and all(g.state[n] == CONST for n in node.input[1:]) else \
-        "operand B or C batched"
+        raise _Mixes("transA")
+    axis, inner = _data(node, g)
+    if axis != 0:
+        raise _Mixes(f"the batch at axis {axis} of operand A")
+    return axis, inner
 
 
-def _matmul(node: Any, g: _Graph) -> Optional[str]:
+def _matmul(node: Any, g: _Graph) -> Pos:
     a, b = node.input[0], node.input[1]
     ra, rb = g.rank(a), g.rank(b)
     if ra is None or rb is None:
-        return "an operand of unknown rank"
-    if g.state[a] == BATCHED and g.state[b] == CONST:
-        return None if ra >= 2 and rb <= ra and (rb < ra or g.shapes[b][0] == 1 or ra == 2) else "operands that mix samples"
-    if g.state[b] == BATCHED and g.state[a] == CONST:
-        return None if rb >= 3 and ra < rb else "a batched right operand of rank 2"
-    return None if ra == rb and ra >= 3 else "batched operands of different ranks"
+        raise _Mixes("an operand of unknown rank")
+    if g.batched(a) and g.batched(b):
+        if ra != rb or g.pos[a] != g.pos[b] or g.pos[a][0] >= ra - 2:
+            raise _Mixes("batched operands that are not batched alike along a stacking axis")
+        return g.pos[a]
+    (x, rx), (c, rc) = ((a, ra), (b, rb)) if g.batched(a) else ((b, rb), (a, ra))
+    axis, inner = g.pos[x]
+    # The batched operand's contraction axis: A's last, B's second to last. A's rows or B's columns are
+    # computed apart; a stacking axis must meet the constant's 1 (or nothing) there.
+    if rx < 2 or axis == (rx - 1 if x == a else rx - 2):
+        raise _Mixes(f"the batch at the contraction axis {axis}")
+    if rc > rx:
+        raise _Mixes("a constant operand of higher rank")
+    at = axis - (rx - rc)
+    if axis < rx - 2 and rc > 2 and at >= 0 and g.shapes[c][at] != 1:
+        raise _Mixes(f"constant {c} spans the batch axis {axis}")
+    return axis, inner
 
 
-_RULES: Dict[str, Callable[[Any, _Graph], Optional[str]]] = {
-    "Reshape": _reshape, "Transpose": _transpose, "Squeeze": _squeeze, "Unsqueeze": _squeeze, "Slice": _slice,
-    "Pad": _pad, "Resize": _resize, "Upsample": _first_dim_one(1, "scales"), "Expand": _first_dim_one(1, "shape"),
-    "Tile": _first_dim_one(1, "repeats"), "Gemm": _gemm, "MatMul": _matmul, "Gather": _gather,
-    "QuantizeLinear": _quantize, "DequantizeLinear": _quantize, "Concat": _concat,
+_RULES: Dict[str, Callable[[Any, _Graph], Pos]] = {
+    "Reshape": _reshape, "Flatten": _flatten, "Transpose": _transpose, "Squeeze": _squeeze, "Unsqueeze": _squeeze,
+    "Slice": _slice, "Pad": _pad, "Resize": _resize, "Upsample": _per_axis(1, "scales", 1.0),
+    "Expand": _per_axis(1, "shape", 1), "Tile": _per_axis(1, "repeats", 1), "Gemm": _gemm, "MatMul": _matmul,
+    "Gather": _gather, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize, "Concat": _concat,
     **{op: _reduce for op in REDUCE}, **{op: _along_axis for op in ALONG_AXIS},
+    **{op: _from_axis for op in FROM_AXIS},
 }
 
 
-def _node_rule(node: Any, g: _Graph) -> Optional[str]:
-    """``None`` when ``node`` keeps its batched inputs' samples apart, else why not."""
+def _node_rule(node: Any, g: _Graph) -> Pos:
+    """The position of ``node``'s outputs' batch, or :class:`_Mixes` with why its samples may mix."""
     op = node.op_type
     if node.domain not in ("", "ai.onnx"):
-        return f"operator {node.domain}.{op}"
+        raise _Mixes(f"operator {node.domain}.{op}")
+    if op in ("Shape", "Size"):
+        raise _Mixes(f"operator {op} of a batched tensor (its value is the batch)")
     if op in ELEMENTWISE:
         return _broadcast(node, g, [n for n in node.input if n])
     if op in PER_SAMPLE:
-        if g.state[node.input[0]] != BATCHED or any(g.state[n] != CONST for n in node.input[1:] if n):
-            return "batched weights"
-        return None
+        axis, inner = _data(node, g)
+        if axis != 0:
+            raise _Mixes(f"the batch at axis {axis}, where the operator reads channels or positions")
+        return axis, inner
     rule = _RULES.get(op)
     if rule is None:
-        return f"no rule for operator {op}"
+        raise _Mixes(f"no rule for operator {op}")
     return rule(node, g)
 
 
 def tensor_shapes(model: Any) -> "_Graph":
-    """What :func:`batch_separable` and :func:`model_macs` read of ``model`` (one ONNX shape inference), to
+    """What :func:`batch_split` and :func:`model_macs` read of ``model`` (one ONNX shape inference), to
     give both when both are asked."""
     return _Graph(model)
 
 
-def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Optional[str]:
-    """``None`` when ``model`` computes each of its ``batch`` samples on its own, else the first reason it may not.
+def batch_split(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> BatchSplit:
+    """Whether ``model`` computes each of its ``batch`` samples on its own, and the ``Reshape`` targets to
+    rewrite for a chunk (:class:`BatchSplit`).
 
     Args:
         model: An ONNX ``ModelProto`` (initializers may be external: only their dims are read).
         batch: Dimension 0 of every input and output.
-        shapes: :func:`tensor_shapes` of ``model``, if already read.
+        shapes: :func:`tensor_shapes` of ``model``, if already read (its walk state is reset here).
     """
     if batch < 2:
-        return f"batch {batch}"
+        return BatchSplit(f"batch {batch}")
     g = shapes if shapes is not None else _Graph(model)
     g.state = {t.name: CONST for t in model.graph.initializer}
     g.state[""] = CONST  # an omitted optional input
+    g.pos, g.reshapes, g.batch = {}, {}, int(batch)
     graph = model.graph
     inits = {t.name for t in graph.initializer}
     for v in list(graph.input) + list(graph.output):
@@ -328,31 +504,62 @@ def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -
             continue
         dims = g.shapes.get(v.name)
         if not dims or dims[0] != batch:
-            return f"tensor {v.name} is not batch-major ({dims})"
+            return BatchSplit(f"tensor {v.name} is not batch-major ({dims})")
     for v in graph.input:
         if v.name not in inits:
-            g.state[v.name] = BATCHED
+            g.state[v.name], g.pos[v.name] = BATCHED, (0, 1)
     for node in graph.node:
         if any(n not in g.state for n in node.input):
-            return f"ONNX node {node.name} reads a tensor defined later"
+            return BatchSplit(f"ONNX node {node.name} reads a tensor defined later")
         if all(g.state[n] == CONST for n in node.input):
             if node.op_type.startswith("Random"):
-                return f"operator {node.op_type}"
+                return BatchSplit(f"operator {node.op_type}")
             for out in node.output:
                 g.state[out] = CONST
             continue
-        if node.op_type in ("Shape", "Size"):
-            return f"operator {node.op_type} of a batched tensor (its value is the batch)"
-        why = _node_rule(node, g)
-        if why is not None:
-            return f"ONNX node {node.name or node.op_type} ({node.op_type}): {why}"
+        try:
+            pos = _node_rule(node, g)
+        except _Mixes as exc:
+            return BatchSplit(f"ONNX node {node.name or node.op_type} ({node.op_type}): {exc}")
         for out in node.output:
             if out:
-                g.state[out] = BATCHED
+                g.state[out], g.pos[out] = BATCHED, pos
     for v in graph.output:
         if g.state.get(v.name) != BATCHED:
-            return f"output {v.name} does not depend on the batch"
-    return None
+            return BatchSplit(f"output {v.name} does not depend on the batch")
+        if g.pos[v.name] != (0, 1):
+            return BatchSplit(f"output {v.name} holds the batch at {g.pos[v.name]} (axis, inner), not at axis 0")
+    return BatchSplit(None, dict(g.reshapes))
+
+
+def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Optional[str]:
+    """``None`` when ``model`` computes each of its ``batch`` samples on its own, else the first reason it may
+    not (:func:`batch_split`'s reason)."""
+    return batch_split(model, batch, shapes).reason
+
+
+def without_batch_constants(model: Any, reshapes: Mapping[str, Sequence[int]]) -> Any:
+    """A copy of ``model`` whose ``Reshape`` nodes named in ``reshapes`` (by output) read the target shapes
+    given there: :attr:`BatchSplit.reshapes`, so that the model may be compiled at another batch.
+    ``model`` itself is unchanged; O(model proto size) (external weights are not copied)."""
+    from onnx import ModelProto, numpy_helper
+
+    out = ModelProto()
+    out.CopyFrom(model)
+    if not reshapes:
+        return out
+    taken = {t.name for t in out.graph.initializer} | {o for n in out.graph.node for o in n.output}
+    for node in out.graph.node:
+        if node.op_type == "Reshape" and node.output[0] in reshapes:
+            name, i = f"{node.output[0]}__batch_free_shape", 0
+            while name in taken:
+                i += 1
+                name = f"{node.output[0]}__batch_free_shape{i}"
+            taken.add(name)
+            out.graph.initializer.append(numpy_helper.from_array(np.asarray(reshapes[node.output[0]], np.int64),
+                                                                 name))
+            node.input[1] = name
+    return out
 
 
 def model_macs(model: Any, shapes: Optional["_Graph"] = None) -> int:

@@ -94,6 +94,21 @@ def test_a_separable_batch_runs_in_chunks_on_two_streams(monkeypatch, two_thread
     _close([o.asnumpy() for o in exe.outputs], _run(conv_net(), shapes, x2, False)[1])
 
 
+def test_attention_with_time_major_layers_runs_in_chunks(monkeypatch, two_threads):
+    # GluonNLP's BERT layout: the batch at axis 1, folded with the heads, a mask reshaped with the batch
+    # spelled out (rewritten for the chunk's batch).
+    from tests.export.test_separable import attention_net
+
+    _env(monkeypatch)
+    shapes = {"data": (B, 6, 16)}
+    x = _data(shapes["data"])
+    _, ref = _run(attention_net(), shapes, x, False)
+    exe, got = _run(attention_net(), shapes, x, True)
+    eng = mx_trt.bind_info(exe).engines[0].engine
+    assert eng.split == (1, 2) and tuple(eng.compiled.inputs[0].shape) == (1, 6, 16)
+    _close(got, ref)
+
+
 def test_a_graph_that_mixes_samples_runs_as_one_batch(monkeypatch, two_threads, caplog):
     _env(monkeypatch)
     shapes = {"data": (B, 5)}
@@ -149,13 +164,23 @@ def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_thre
     info = mx_trt.bind_info(exe)
     assert info.loads == 1 and info.engines[0].engine.split == (1, 2)
     np.testing.assert_array_equal(warm[0], cold[0])
-    # Loaded in a process with one usable CPU: the chunks run one after another, on one stream.
+    # A process with one usable CPU has an entry of its own, one stream (the key holds the chunks' layout).
     del exe
     engines.clear_pool()
     monkeypatch.setattr(ov_backend, "engine_threads", lambda: 1)
     exe, one = _run(conv_net(), shapes, x, True)
-    assert mx_trt.bind_info(exe).engines[0].engine.split == (1, 1)
-    np.testing.assert_array_equal(one[0], cold[0])
+    info = mx_trt.bind_info(exe)
+    assert info.loads == 0 and info.builds == 1 and info.engines[0].engine.split is None
+    _close(one, cold)
+    assert len([f for _, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]) == 2
+    # An engine loaded from the entry of two CPUs (an exported model's folder is read by its key) runs its
+    # chunks one after another on one stream.
+    from mx_trt.builder.backends import BuildOptions
+
+    with open(meta, encoding="utf-8") as f:
+        stored = json.load(f)["meta"]["engine"]
+    eng = BACKENDS["openvino"]().load(stored, os.path.dirname(meta), BuildOptions(device_id=-1, name="conv"))
+    assert eng.split == (1, 1)
 
 
 def test_a_failing_chunk_is_an_engine_run_error(monkeypatch, two_threads):

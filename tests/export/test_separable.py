@@ -4,9 +4,10 @@ from __future__ import annotations
 import mxnet as mx
 import numpy as np
 import pytest
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from mx_trt.export.separable import batch_separable, split_sizes
+from mx_trt.export.separable import batch_separable, batch_split, split_sizes, without_batch_constants
 
 B = 4
 
@@ -73,13 +74,22 @@ def test_operators_that_keep_samples_apart(nodes, inits, out_shape):
      {}, (B, 3, 8, 8), "reduces over the batch"),
     ([helper.make_node("Softmax", ["x"], ["y"], axis=0)], {}, (B, 3, 8, 8), "axis 0"),
     ([helper.make_node("Softmax", ["x"], ["y"], axis=-4)], {}, (B, 3, 8, 8), "axis -4"),
-    ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([B, -1], "i8")}, (B, 192), "dimension 0"),
     ([helper.make_node("Reshape", ["x", "s"], ["y"])], {"s": np.array([-1, 96], "i8")}, (2 * B, 96), "not batch-major"),
     ([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2, 3])], {}, (3, B, 8, 8), "not batch-major"),
-    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]), helper.make_node("Transpose", ["t"], ["y"],
-                                                                                        perm=[1, 0, 2, 3])],
-     {}, (B, 3, 8, 8), "moves axis 0"),
-    ([helper.make_node("Add", ["x", "c"], ["y"])], {"c": np.ones((B, 3, 8, 8), "f4")}, (B, 3, 8, 8), "spans dimension 0"),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
+      helper.make_node("ReduceMean", ["t"], ["m"], axes=[1], keepdims=1), helper.make_node("Sub", ["t", "m"], ["u"]),
+      helper.make_node("Transpose", ["u"], ["y"], perm=[1, 0, 2, 3])], {}, (B, 3, 8, 8), "reduces the batch axis 1"),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]), helper.make_node("Reshape", ["t", "s"], ["r"]),
+      helper.make_node("Reshape", ["r", "s2"], ["y"])], {"s": np.array([3 * B, 64], "i8"), "s2": np.array([B, 3, 8, 8], "i8")},
+     (B, 3, 8, 8), "does not stay the outer factor"),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
+      helper.make_node("LayerNormalization", ["t", "ln_g"], ["n"], axis=1),
+      helper.make_node("Transpose", ["n"], ["y"], perm=[1, 0, 2, 3])], {"ln_g": np.ones((B, 8, 8), "f4")},
+     (B, 3, 8, 8), "covers the batch axis 1"),
+    ([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]), helper.make_node("Conv", ["t", "w"], ["c"]),
+      helper.make_node("Transpose", ["c"], ["y"], perm=[1, 0, 2, 3])], {"w": np.ones((3, B, 1, 1), "f4")},
+     (B, 3, 8, 8), "reads channels"),
+    ([helper.make_node("Add", ["x", "c"], ["y"])], {"c": np.ones((B, 3, 8, 8), "f4")}, (B, 3, 8, 8), "spans the batch axis"),
     ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["c"], to=TensorProto.FLOAT),
       helper.make_node("ReduceProd", ["c"], ["n"], keepdims=1), helper.make_node("Div", ["x", "n"], ["y"])],
      {}, (B, 3, 8, 8), "Shape"),
@@ -91,13 +101,26 @@ def test_operators_that_keep_samples_apart(nodes, inits, out_shape):
      {"st": np.array([1], "i8"), "en": np.array([B + 1], "i8"), "ax": np.array([0], "i8")}, (B, 3, 8, 8), "axis 0"),
     ([helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=0)], {"k": np.array([B], "i8")}, (B, 3, 8, 8), "axis 0"),
     ([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], {"i": np.arange(B)[::-1].astype("i8")}, (B, 3, 8, 8),
-     "along axis 0"),
+     "gathers along the batch axis 0"),
     ([helper.make_node("Einsum", ["x"], ["y"], equation="bchw->bchw")], {}, (B, 3, 8, 8), "no rule"),
     ([helper.make_node("Relu", ["x"], ["y"], domain="com.example")], {}, (B, 3, 8, 8), "com.example"),
 ])
 def test_operators_that_may_mix_samples(nodes, inits, out_shape, why):
     got = batch_separable(model(nodes, inits, (B, 3, 8, 8), out_shape), B)
     assert got is not None and why in got, got
+
+
+def test_softmax_before_opset_13_covers_every_axis_from_its_own():
+    t = helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3])
+    back = helper.make_node("Transpose", ["s"], ["y"], perm=[1, 0, 2, 3])
+    for opset, axis, mixes in [(11, 1, True), (11, 2, False), (13, 1, True), (13, 2, False), (13, 0, False)]:
+        m = model([t, helper.make_node("Softmax", ["t"], ["s"], axis=axis), back], out_shape=(B, 3, 8, 8))
+        m.opset_import[0].version = opset
+        got = batch_separable(m, B)
+        assert (got is not None) == mixes, (opset, axis, got)
+    m = model([t, helper.make_node("Softmax", ["t"], ["s"], axis=0), back], out_shape=(B, 3, 8, 8))
+    m.opset_import[0].version = 11  # axes 0 to 3 flattened into one row: the batch (axis 1) among them
+    assert "covers the batch axis 1" in batch_separable(m, B)
 
 
 def test_an_output_of_constants_alone_is_not_batched():
@@ -157,3 +180,78 @@ def test_model_macs_counts_convolutions_and_matrix_products():
     t = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])], {"w": np.ones((3, 2, 2, 2), "f4")},
               out_shape=(B, 2, 16, 16))
     assert model_macs(t) == B * 3 * 64 * 2 * 2 * 2
+
+
+def _embedded(exported):
+    """The exported model with its external weights written into it (for ONNX Runtime from bytes)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(exported.model)
+    for i, t in enumerate(m.graph.initializer):
+        if t.name in exported.external:
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(exported.external[t.name]), t.name))
+    return m
+
+
+def _chunks_match(m, feeds, batch, sub):
+    """Run ``m`` on the whole batch, and its chunk model (:func:`without_batch_constants`, inputs and outputs
+    of ``sub`` samples: what a split engine compiles) on each chunk; the results must be equal.
+    Returns :func:`batch_split`'s findings."""
+    import onnxruntime as ort
+
+    found = batch_split(m, batch)
+    assert found.reason is None, found.reason
+    chunk = without_batch_constants(m, found.reshapes)
+    for v in list(chunk.graph.input) + list(chunk.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_value = sub
+    del chunk.graph.value_info[:]
+
+    def run(model, inputs):
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+
+    whole = run(m, feeds)
+    for i in range(0, batch, sub):
+        part = run(chunk, {k: v[i:i + sub] for k, v in feeds.items()})
+        for w, p in zip(whole, part):
+            np.testing.assert_allclose(p, w[i:i + sub], rtol=1e-5, atol=1e-5)
+    return found
+
+
+def test_a_reshape_that_spells_out_the_batch_is_rewritten_for_chunks():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    m = model(nodes, {"s": np.array([B, -1], "i8")}, out_shape=(B, 192))
+    found = _chunks_match(m, {"x": np.random.RandomState(0).randn(B, 3, 8, 8).astype("f4")}, B, 1)
+    assert found.reshapes == {"r": (-1, 192)}
+    # The model itself is unchanged.
+    assert [t.name for t in m.graph.initializer] == ["s"] and list(m.graph.node[0].input) == ["x", "s"]
+
+
+def attention_net(heads=2):
+    """Self-attention as GluonNLP's BERT computes it: time-major, the heads folded into the batch axis, and a
+    per-sample mask whose reshape the exporter writes with the batch spelled out."""
+    x = mx.sym.var("data")  # (B, T, C)
+    t = mx.sym.transpose(x, axes=(1, 0, 2), name="tnc")  # (T, B, C)
+    qkv = mx.sym.FullyConnected(t, num_hidden=3 * 16, flatten=False, name="qkv")
+    scores = mx.sym.contrib.interleaved_matmul_selfatt_qk(qkv, heads=heads, name="qk")  # (B * heads, T, T)
+    keep = mx.sym.broadcast_axis(mx.sym.expand_dims(mx.sym.sum(x, axis=2), axis=1), axis=1, size=heads)
+    mask = mx.sym.reshape(keep, shape=(-1, 0), reverse=True, name="mask")  # (B * heads, T)
+    att = mx.sym.softmax(mx.sym.broadcast_add(scores, mx.sym.expand_dims(mask, axis=1)), axis=-1, name="att")
+    out = mx.sym.contrib.interleaved_matmul_selfatt_valatt(qkv, att, heads=heads, name="va")  # (T, B, C)
+    return mx.sym.transpose(out, axes=(1, 0, 2), name="ntc")
+
+
+@pytest.mark.parametrize("sub", [1, 2])
+def test_attention_with_the_batch_moved_and_folded_with_heads_is_separable(sub):
+    shape = (B, 6, 16)
+    ex = _exported(attention_net(), shape)
+    x = np.random.RandomState(3).uniform(-1, 1, shape).astype("f4")
+    found = _chunks_match(_embedded(ex), {ex.input_names[0]: x}, B, sub)
+    assert found.reshapes == {"mask_output": (-1, 6)}
+
+
+def test_batch_split_states_where_the_batch_ends_up():
+    # A graph output holding the batch folded with another axis is not batch-major.
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, {"s": np.array([3 * B, 64], "i8")}, out_shape=(3 * B, 64))
+    assert "not batch-major" in batch_separable(m, B)
+    m = model(nodes, {"s": np.array([B, 3, 64], "i8")}, out_shape=(B, 3, 64))
+    assert batch_split(m, B).reshapes == {"y": (-1, 3, 64)}

@@ -197,6 +197,11 @@ class Backend(abc.ABC):
 
         return f"{platform.system()}-{platform.machine()}"
 
+    def layout_for(self, shapes: Sequence[Shape], dynamic: bool) -> str:
+        """What else a compiled engine of these input shapes depends on in this process, beside the library and
+        device (part of the plan-cache key when not empty); ``dynamic``: a batch-dynamic engine."""
+        return ""
+
     @abc.abstractmethod
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         """Build an engine from an :class:`~mx_trt.export.subgraph.ExportedSubgraph`.

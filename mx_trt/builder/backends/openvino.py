@@ -21,7 +21,7 @@ reads MXNet's buffers and writes its results into them. A batch-dynamic export
 is compiled with dimension 0 bounded by the batch profiles.
 
 A static engine of batch 2 or more, with two threads or more, whose graph
-computes each sample on its own (:func:`mx_trt.export.separable.batch_separable`),
+computes each sample on its own (:func:`mx_trt.export.separable.batch_split`),
 runs its batch as chunks on several one-thread streams, each stream taking the
 next chunk when done (:class:`SplitRunner`). A latency engine splits each
 operator's work evenly over its threads, so another process holding one core
@@ -51,7 +51,7 @@ import numpy as np
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
-from mx_trt.export.separable import batch_separable, model_macs, split_sizes, tensor_shapes
+from mx_trt.export.separable import batch_split, model_macs, split_sizes, tensor_shapes, without_batch_constants
 from mx_trt.export.spec import OpSpec
 from mx_trt.passes.ir import BatchRange
 from mx_trt.builder.backends.base import (
@@ -153,24 +153,29 @@ def split_config(config: Mapping[str, Any], streams: int) -> Dict[str, Any]:
 
 
 def _split_plan(exported: Any, inputs: Sequence[TensorSpec], ranges: Sequence[BatchRange], threads: int,
-                name: str) -> Optional[Tuple[int, int]]:
-    """``(sub-batch, streams)`` when the engine should run its batch in chunks, else ``None`` (logged)."""
+                name: str) -> Tuple[Optional[Tuple[int, int]], Any]:
+    """``(sub-batch, streams)`` when the engine should run its batch in chunks, else ``None`` (logged); and the
+    ONNX model to compile: ``exported.model``, or a copy whose reshapes no longer spell out the batch."""
     if ranges or threads < 2 or not inputs:
-        return None
+        return None, exported.model
     batch = inputs[0].shape[0] if inputs[0].shape else 0
     sub, streams = split_sizes(int(batch), threads)
     if streams < 2:
-        return None
+        return None, exported.model
     shapes = tensor_shapes(exported.model)  # one ONNX shape inference for both checks
     chunk = model_macs(exported.model, shapes) * sub // max(1, int(batch))
     if chunk < SPLIT_MIN_CHUNK_MACS:
         logger.debug("%s: one stream for the batch of %d: %d multiply-adds a chunk are too few", name, batch, chunk)
-        return None
-    why = batch_separable(exported.model, int(batch), shapes)
-    if why is not None:
-        logger.info("%s: one stream for the batch of %d: the graph may mix samples (%s)", name, batch, why)
-        return None
-    return sub, streams
+        return None, exported.model
+    found = batch_split(exported.model, int(batch), shapes)
+    if found.reason is not None:
+        logger.info("%s: one stream for the batch of %d: the graph may mix samples (%s)", name, batch, found.reason)
+        return None, exported.model
+    if found.reshapes:
+        logger.debug("%s: %d reshape(s) that spell out the batch rewritten for chunks of %d", name,
+                     len(found.reshapes), sub)
+        return (sub, streams), without_batch_constants(exported.model, found.reshapes)
+    return (sub, streams), exported.model
 
 
 _pool: Optional[ThreadPoolExecutor] = None
@@ -369,6 +374,15 @@ class OpenVinoBackend(Backend):
         model, isa = _cpu_info()
         return f"{platform.system()}-{platform.machine()}-{model}-{isa}"
 
+    def layout_for(self, shapes: Sequence[Tuple[int, ...]], dynamic: bool) -> str:
+        # A static batch may be compiled in chunks for as many streams as the CPUs (split_sizes): an engine
+        # stored by a process with other CPUs would run its batch otherwise. Whether the graph allows it is
+        # the same for every count.
+        if dynamic or not shapes or not shapes[0] or int(shapes[0][0]) < 2:
+            return ""
+        sub, streams = split_sizes(int(shapes[0][0]), engine_threads())
+        return f"chunks of {sub} on {streams} streams" if streams > 1 else "one stream"
+
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         threads = int(options.extra.get("threads") or engine_threads())
         config = compile_config(options.fp16, threads)
@@ -377,11 +391,12 @@ class OpenVinoBackend(Backend):
         ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
         held = {n: np.ascontiguousarray(a) for n, a in exported.external.items()}
         # extra "split": False keeps one stream (benchmarks compare the two).
-        split = _split_plan(exported, inputs, ranges, threads, options.name) if options.extra.get("split", True) else None
+        split, onnx_model = _split_plan(exported, inputs, ranges, threads, options.name) \
+            if options.extra.get("split", True) else (None, exported.model)
         if split is not None:
             config = split_config(config, split[1])
         try:
-            model = read_model(exported.model, held)
+            model = read_model(onnx_model, held)
             _set_batch(model, [TensorSpec(s.name, (split[0],) + tuple(s.shape[1:]), s.dtype) if split else s
                                for s in inputs], ranges)
             compiled = _ov_core().compile_model(model, "CPU", config)
@@ -389,7 +404,7 @@ class OpenVinoBackend(Backend):
             # Logged by the caller with what follows (native, or another candidate of the measured rule).
             logger.info("OpenVINO could not build %s: %s", options.name, exc)
             raise EngineBuildError(f"{options.name}: OpenVINO could not build the engine: {exc}") from exc
-        del model
+        del model, onnx_model
         trim_heap()
         logger.debug("%s: OpenVINO engine compiled (%s)", options.name, config)
         return OpenVinoEngine(compiled, inputs, outputs, options.name, ranges, held, config, split)

@@ -322,9 +322,13 @@ def load_inputs(path: str, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
 
 
 def random_inputs(shapes: Mapping[str, Shape], seed: int) -> Dict[str, np.ndarray]:
-    """Seeded uniform [-1, 1) float32 inputs, one generator for all in name order."""
+    """Seeded uniform [0, 1) float32 inputs, one generator for all in name order.
+
+    Not negative: an input the model reads as token ids or lengths must stay in range (MXNet's
+    ``SequenceMask`` writes outside its output for a negative length, as in GluonNLP's BERT).
+    """
     rng = np.random.RandomState(seed)
-    return {k: rng.uniform(-1.0, 1.0, shapes[k]).astype("float32") for k in sorted(shapes)}
+    return {k: rng.uniform(0.0, 1.0, shapes[k]).astype("float32") for k in sorted(shapes)}
 
 
 def load_model(args: argparse.Namespace, arrays_from: Optional[str] = None

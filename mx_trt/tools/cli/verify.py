@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         source = args.input
     else:
         feeds = random_inputs(shapes, args.seed)
-        source = f"seeded random uniform[-1, 1), seed {args.seed}"
+        source = f"seeded random uniform[0, 1), seed {args.seed}"
     native = bind_native(ckpt, shapes, ctx)
     ref = run_executor(native, feeds)
     del native

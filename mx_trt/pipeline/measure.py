@@ -192,9 +192,9 @@ def _feeds(graph: Graph, params: Mapping[str, Any], seed: int = 0) -> Dict[str, 
     integers).
 
     Not negative: inputs the model reads as indices or lengths (token ids, BERT's valid lengths) stay in
-    range as 0. Standard normal values there made MXNet's own forward of GluonNLP's BERT at 8 x 128 tokens
-    write outside its buffers (a failed oneDNN primitive, then ``free(): invalid pointer`` or a segfault in a
-    later operator), which ended the process binding it.
+    range as 0. With standard normal valid lengths, MXNet's own forward of GluonNLP's BERT at 8 x 128 tokens
+    wrote outside its buffers (a failed oneDNN primitive, then ``free(): invalid pointer`` or a segfault in a
+    later operator), which ended the process binding it; negative token ids alone did not.
     """
     rng = np.random.RandomState(seed)
     out: Dict[str, Any] = {}

@@ -13,7 +13,13 @@ in topological order:
   alone that slice depends. Graph inputs and outputs are at ``(0, 1)``; a
   ``Transpose`` moves the batch to another axis (BERT's time-major layers
   hold it at axis 1), a ``Reshape`` may fold it with the attention heads into
-  one axis (``(T, B, 12 * 192)`` to ``(T, B * 12, 192)``: ``(1, 12)``).
+  one axis (``(T, B, 12 * 192)`` to ``(T, B * 12, 192)``: ``(1, 12)``);
+* ``SHAPE`` at ``(index, inner)``: a shape computed from a batched tensor's
+  ``Shape``, whose element ``index`` is ``B * inner`` and whose other elements
+  do not depend on the batch. Sliced, gathered, cast and concatenated with
+  constants, it may size a ``Resize``, a ``Reshape``, an ``Expand`` or a
+  ``ConstantOfShape`` (GluonCV's bilinear upsampling and ``zeros_like``): a
+  chunk computes it from its own batch.
 
 Each operator has a rule (:data:`_RULES`) that gives its output's position from
 its inputs', or says why its samples may mix: elementwise operators when their
@@ -47,7 +53,7 @@ from mx_trt.export.shapes import onnx_tensors, static_dims
 
 logger = logging.getLogger(__name__)
 
-CONST, BATCHED = "const", "batched"
+CONST, BATCHED, SHAPE = "const", "batched", "shape"
 #: Where a batched tensor holds its batch: ``(axis, inner)``, dimension ``axis`` of size ``batch * inner``.
 Pos = Tuple[int, int]
 
@@ -476,6 +482,105 @@ def _node_rule(node: Any, g: _Graph) -> Pos:
     return rule(node, g)
 
 
+def _step(node: Any, g: _Graph) -> Tuple[str, Optional[Pos]]:
+    """The state of the outputs of ``node``, some input of which is not constant, and where their batch is."""
+    if node.op_type == "Shape" and node.domain in ("", "ai.onnx"):
+        return _shape_of(node, g)
+    if any(g.state[n] == SHAPE for n in node.input if n):
+        return _from_shape(node, g)
+    return BATCHED, _node_rule(node, g)
+
+
+def _shape_of(node: Any, g: _Graph) -> Tuple[str, Optional[Pos]]:
+    """``Shape`` of a batched tensor (``start`` and ``end`` as ONNX clamps them): the batch's size at the batch
+    axis's index, or a constant when the range leaves that axis out."""
+    axis, inner = _data(node, g)
+    rank = g.rank(node.input[0])
+    if rank is None:
+        raise _Mixes("a tensor of unknown rank")
+    start, end = (min(max(int(v) + rank if int(v) < 0 else int(v), 0), rank)
+                  for v in (_attr(node, "start", 0), _attr(node, "end", rank)))
+    return (SHAPE, (axis - start, inner)) if start <= axis < end else (CONST, None)
+
+
+def _from_shape(node: Any, g: _Graph) -> Tuple[str, Optional[Pos]]:
+    """An operator reading a :data:`SHAPE` value: it stays one while sliced, gathered, cast or concatenated
+    with constants, and sizes a batched result in ``Resize``, ``Reshape``, ``Expand`` and ``ConstantOfShape``."""
+    op = node.op_type
+    ins = list(node.input)
+    first = ins[0]
+    if node.domain not in ("", "ai.onnx"):
+        raise _Mixes(f"operator {node.domain}.{op} reads the batch's size")
+    if op in ("Cast", "Identity"):
+        return SHAPE, g.pos[first]
+    if op == "Concat":
+        offset, found = 0, None
+        for part in ins:
+            size = (g.shapes.get(part) or (None,))[0]
+            if g.state[part] == BATCHED or not isinstance(size, (int, np.integer)):
+                raise _Mixes("a shape joined with a batched or unsized part")
+            if g.state[part] == SHAPE:
+                if found is not None:
+                    raise _Mixes("two parts hold the batch's size")
+                found = (offset + g.pos[part][0], g.pos[part][1])
+            offset += int(size)
+        return SHAPE, found
+    if g.state[first] == SHAPE and op in ("Slice", "Gather"):
+        if any(g.state[n] != CONST for n in ins[1:] if n):
+            raise _Mixes("indices that are not constant")
+        k, inner = g.pos[first]
+        length = (g.shapes.get(first) or (None,))[0]
+        if not isinstance(length, (int, np.integer)) or g.rank(first) != 1:
+            raise _Mixes("a shape of unknown length")
+        if op == "Slice":
+            starts, ends = g.value(ins[1]), g.value(ins[2])
+            axes = g.value(ins[3]) if len(ins) > 3 and ins[3] else [0]
+            steps = g.value(ins[4]) if len(ins) > 4 and ins[4] else [1]
+            if not starts or not ends or len(starts) != 1 or axes not in ([0], [-1]) or steps != [1]:
+                raise _Mixes("a slice of the shape that is not one constant range")
+            lo, hi = (min(max(v + int(length) if v < 0 else v, 0), int(length)) for v in (starts[0], ends[0]))
+            return (SHAPE, (k - lo, inner)) if lo <= k < hi else (CONST, None)
+        idx = g.value(ins[1])
+        if idx is None or g.rank(ins[1]) != 1 or _attr(node, "axis", 0) not in (0, -1):
+            raise _Mixes("indices into the shape that are not a constant vector")
+        hits = [i for i, v in enumerate(idx) if (v + int(length) if v < 0 else v) == k]
+        if len(hits) > 1:
+            raise _Mixes("the batch's size gathered twice")
+        return (SHAPE, (hits[0], inner)) if hits else (CONST, None)
+    if op == "ConstantOfShape":
+        return BATCHED, g.pos[first]
+    sized = {"Resize": 3, "Reshape": 1, "Expand": 1}.get(op)
+    if sized is None or len(ins) <= sized or g.state[ins[sized]] != SHAPE or \
+            any(g.state[n] == SHAPE for i, n in enumerate(ins) if n and i != sized) or \
+            any(g.state[n] != CONST for i, n in enumerate(ins) if n and i not in (0, sized)):
+        raise _Mixes(f"the batch's size read by {op}")
+    k, inner = g.pos[ins[sized]]
+    if op == "Resize":
+        if not g.batched(first) or g.pos[first] != (k, inner):
+            raise _Mixes(f"sizes that give the batch axis {k} another size than its input's")
+        return BATCHED, (k, inner)
+    if op == "Reshape":
+        src, dst = g.shapes.get(first), g.shapes.get(node.output[0])
+        if not g.batched(first) or src is None or dst is None or \
+                _regroup(src, dst, g.pos[first], g.batch) != (k, inner):
+            raise _Mixes("a computed shape that does not keep the batch where it is")
+        return BATCHED, (k, inner)
+    # Expand: a constant, or the batched tensor at the same position, broadcast to the computed shape.
+    rank, r = (g.shapes.get(ins[1]) or (None,))[0], g.rank(first)
+    if not isinstance(rank, (int, np.integer)) or r is None:
+        raise _Mixes("unknown ranks")
+    out_rank = max(int(rank), r)
+    axis = k + out_rank - int(rank)
+    if g.batched(first):
+        if (g.pos[first][0] + out_rank - r, g.pos[first][1]) != (axis, inner):
+            raise _Mixes("a batched input expanded along another axis than its batch's")
+    else:
+        at = axis - (out_rank - r)
+        if at >= 0 and g.shapes[first][at] != 1:
+            raise _Mixes(f"constant {first} spans the batch axis")
+    return BATCHED, (axis, inner)
+
+
 def tensor_shapes(model: Any) -> "_Graph":
     """What :func:`batch_split` and :func:`model_macs` read of ``model`` (one ONNX shape inference), to
     give both when both are asked."""
@@ -518,12 +623,14 @@ def batch_split(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Ba
                 g.state[out] = CONST
             continue
         try:
-            pos = _node_rule(node, g)
+            state, pos = _step(node, g)
         except _Mixes as exc:
             return BatchSplit(f"ONNX node {node.name or node.op_type} ({node.op_type}): {exc}")
         for out in node.output:
             if out:
-                g.state[out], g.pos[out] = BATCHED, pos
+                g.state[out] = state
+                if pos is not None:
+                    g.pos[out] = pos
     for v in graph.output:
         if g.state.get(v.name) != BATCHED:
             return BatchSplit(f"output {v.name} does not depend on the batch")

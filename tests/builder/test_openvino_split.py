@@ -109,6 +109,20 @@ def test_attention_with_time_major_layers_runs_in_chunks(monkeypatch, two_thread
     _close(got, ref)
 
 
+def test_upsampling_sized_by_the_input_shape_runs_in_chunks(monkeypatch, two_threads):
+    # GluonCV's segmentation heads: sizes computed from the batch's Shape, which a chunk computes from its own.
+    from tests.export.test_separable import upsampling_net
+
+    _env(monkeypatch)
+    shapes = {"data": (B, 3, 6, 5)}
+    x = _data(shapes["data"])
+    _, ref = _run(upsampling_net(), shapes, x, False)
+    exe, got = _run(upsampling_net(), shapes, x, True)
+    eng = mx_trt.bind_info(exe).engines[0].engine
+    assert eng.split == (1, 2) and tuple(eng.compiled.outputs[0].shape) == (1, 4, 12, 10)
+    _close(got, ref)
+
+
 def test_a_graph_that_mixes_samples_runs_as_one_batch(monkeypatch, two_threads, caplog):
     _env(monkeypatch)
     shapes = {"data": (B, 5)}

@@ -92,7 +92,7 @@ def test_operators_that_keep_samples_apart(nodes, inits, out_shape):
     ([helper.make_node("Add", ["x", "c"], ["y"])], {"c": np.ones((B, 3, 8, 8), "f4")}, (B, 3, 8, 8), "spans the batch axis"),
     ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["c"], to=TensorProto.FLOAT),
       helper.make_node("ReduceProd", ["c"], ["n"], keepdims=1), helper.make_node("Div", ["x", "n"], ["y"])],
-     {}, (B, 3, 8, 8), "Shape"),
+     {}, (B, 3, 8, 8), "the batch's size read by ReduceProd"),
     ([helper.make_node("Resize", ["x", "", "", "sz"], ["y"])], {"sz": np.array([B, 3, 16, 16], "i8")},
      (B, 3, 16, 16), "sizes"),
     ([helper.make_node("Pad", ["x", "p"], ["y"])], {"p": np.array([1, 0, 0, 0, 1, 0, 0, 0], "i8")}, (B + 2, 3, 8, 8),
@@ -255,3 +255,66 @@ def test_batch_split_states_where_the_batch_ends_up():
     assert "not batch-major" in batch_separable(m, B)
     m = model(nodes, {"s": np.array([B, 3, 64], "i8")}, out_shape=(B, 3, 64))
     assert batch_split(m, B).reshapes == {"y": (-1, 3, 64)}
+
+
+def upsampling_net():
+    """GluonCV's segmentation head: a bilinear upsampling whose sizes the exporter computes from the input's
+    ``Shape``, and a ``zeros_like`` (``ConstantOfShape`` of a ``Shape``)."""
+    x = mx.sym.var("data")
+    c = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="c")
+    up = mx.sym.contrib.BilinearResize2D(c, height=12, width=10, name="up")
+    return mx.sym.broadcast_add(up, mx.sym.zeros_like(up), name="out")
+
+
+@pytest.mark.parametrize("sub", [1, 2])
+def test_shapes_computed_from_the_batch_size_a_chunk_by_its_own(sub):
+    shape = (B, 3, 6, 5)
+    ex = _exported(upsampling_net(), shape)
+    assert any(n.op_type == "Shape" for n in ex.model.graph.node)
+    x = np.random.RandomState(4).uniform(-1, 1, shape).astype("f4")
+    found = _chunks_match(_embedded(ex), {ex.input_names[0]: x}, B, sub)
+    assert found.reshapes == {}
+
+
+def _shape_graph(nodes, inits=(), out_shape=(B, 3, 8, 8)):
+    return model([helper.make_node("Shape", ["x"], ["s"])] + nodes, inits, out_shape=out_shape)
+
+
+@pytest.mark.parametrize("nodes, inits, out_shape", [
+    # Sizes of the batch axis at its own size: the batch element sliced, gathered, concatenated.
+    ([helper.make_node("Slice", ["s", "z", "two"], ["n"]), helper.make_node("Concat", ["n", "hw"], ["sz"], axis=0),
+      helper.make_node("Resize", ["x", "", "", "sz"], ["y"])],
+     {"z": np.array([0], "i8"), "two": np.array([2], "i8"), "hw": np.array([16, 16], "i8")}, (B, 3, 16, 16)),
+    ([helper.make_node("Gather", ["s", "i"], ["g"], axis=0), helper.make_node("Reshape", ["x", "g"], ["y"])],
+     {"i": np.array([0, 3, 2, 1], "i8")}, (B, 8, 8, 3)),
+    ([helper.make_node("ConstantOfShape", ["s"], ["k"]), helper.make_node("Add", ["x", "k"], ["y"])], {}, None),
+    ([helper.make_node("Cast", ["s"], ["c"], to=TensorProto.INT64), helper.make_node("Expand", ["one", "c"], ["e"]),
+      helper.make_node("Mul", ["x", "e"], ["y"])], {"one": np.ones((1, 3, 1, 1), "f4")}, None),
+    # A shape without the batch's element is a constant.
+    ([helper.make_node("Slice", ["s", "one", "four"], ["t"]), helper.make_node("ConstantOfShape", ["t"], ["k"]),
+      helper.make_node("Add", ["x", "k"], ["y"])], {"one": np.array([1], "i8"), "four": np.array([4], "i8")}, None),
+])
+def test_operators_on_a_shape_that_holds_the_batch_size(nodes, inits, out_shape):
+    m = _shape_graph(nodes, inits, out_shape or (B, 3, 8, 8))
+    found = _chunks_match(m, {"x": np.random.RandomState(6).randn(B, 3, 8, 8).astype("f4")}, B, 1)
+    assert found.reshapes == {}
+
+
+@pytest.mark.parametrize("nodes, inits, out_shape, why", [
+    ([helper.make_node("Cast", ["s"], ["c"], to=TensorProto.FLOAT), helper.make_node("ReduceProd", ["c"], ["n"]),
+      helper.make_node("Div", ["x", "n"], ["y"])], {}, (B, 3, 8, 8), "read by ReduceProd"),
+    ([helper.make_node("Gather", ["s", "i"], ["g"], axis=0), helper.make_node("Reshape", ["x", "g"], ["y"])],
+     {"i": np.array([1, 0, 2, 3], "i8")}, None, "does not keep the batch"),
+    ([helper.make_node("Gather", ["s", "i"], ["g"], axis=0), helper.make_node("Concat", ["g", "g"], ["d"], axis=0),
+      helper.make_node("Reshape", ["x", "d"], ["y"])], {"i": np.array([0, 1], "i8")}, None, "two parts"),
+    ([helper.make_node("Slice", ["s", "one", "four"], ["t"]), helper.make_node("Concat", ["t", "hw"], ["sz"], axis=0),
+      helper.make_node("Resize", ["x", "", "", "sz"], ["y"])],
+     {"one": np.array([1], "i8"), "four": np.array([4], "i8"), "hw": np.array([1], "i8")}, None, "sizes"),
+    ([helper.make_node("Gather", ["s", "i"], ["g"], axis=0), helper.make_node("Concat", ["g", "hw"], ["sz"], axis=0),
+      helper.make_node("Resize", ["x", "", "", "sz"], ["y"])],
+     {"i": np.array([1, 0], "i8"), "hw": np.array([8, 8], "i8")}, None, "another size"),
+])
+def test_a_shape_that_holds_the_batch_size_may_still_mix_samples(nodes, inits, out_shape, why):
+    # Declared batch-major (the walk reaches the operator; a computed shape leaves the output's to the model).
+    got = batch_separable(_shape_graph(nodes, inits, out_shape or (B, 3, 8, 8)), B)
+    assert got is not None and why in got, got

@@ -324,8 +324,8 @@ def load_inputs(path: str, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
 def random_inputs(shapes: Mapping[str, Shape], seed: int) -> Dict[str, np.ndarray]:
     """Seeded uniform [0, 1) float32 inputs, one generator for all in name order.
 
-    Not negative: an input the model reads as token ids or lengths must stay in range (MXNet's
-    ``SequenceMask`` writes outside its output for a negative length, as in GluonNLP's BERT).
+    Not negative: an input the model reads as token ids or lengths must stay in range (with negative
+    valid lengths, MXNet's own forward of GluonNLP's BERT wrote outside its buffers).
     """
     rng = np.random.RandomState(seed)
     return {k: rng.uniform(0.0, 1.0, shapes[k]).astype("float32") for k in sorted(shapes)}

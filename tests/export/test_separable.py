@@ -4,10 +4,10 @@ from __future__ import annotations
 import mxnet as mx
 import numpy as np
 import pytest
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from mx_trt.export.separable import batch_separable, batch_split, split_sizes, without_batch_constants
+from mx_trt.export.subgraph import embedded_model
 
 B = 4
 
@@ -182,16 +182,6 @@ def test_model_macs_counts_convolutions_and_matrix_products():
     assert model_macs(t) == B * 3 * 64 * 2 * 2 * 2
 
 
-def _embedded(exported):
-    """The exported model with its external weights written into it (for ONNX Runtime from bytes)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(exported.model)
-    for i, t in enumerate(m.graph.initializer):
-        if t.name in exported.external:
-            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(exported.external[t.name]), t.name))
-    return m
-
-
 def _chunks_match(m, feeds, batch, sub):
     """Run ``m`` on the whole batch, and its chunk model (:func:`without_batch_constants`, inputs and outputs
     of ``sub`` samples: what a split engine compiles) on each chunk; the results must be equal.
@@ -244,7 +234,7 @@ def test_attention_with_the_batch_moved_and_folded_with_heads_is_separable(sub):
     shape = (B, 6, 16)
     ex = _exported(attention_net(), shape)
     x = np.random.RandomState(3).uniform(-1, 1, shape).astype("f4")
-    found = _chunks_match(_embedded(ex), {ex.input_names[0]: x}, B, sub)
+    found = _chunks_match(embedded_model(ex), {ex.input_names[0]: x}, B, sub)
     assert found.reshapes == {"mask_output": (-1, 6)}
 
 
@@ -272,7 +262,7 @@ def test_shapes_computed_from_the_batch_size_a_chunk_by_its_own(sub):
     ex = _exported(upsampling_net(), shape)
     assert any(n.op_type == "Shape" for n in ex.model.graph.node)
     x = np.random.RandomState(4).uniform(-1, 1, shape).astype("f4")
-    found = _chunks_match(_embedded(ex), {ex.input_names[0]: x}, B, sub)
+    found = _chunks_match(embedded_model(ex), {ex.input_names[0]: x}, B, sub)
     assert found.reshapes == {}
 
 

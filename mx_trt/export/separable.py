@@ -172,9 +172,7 @@ def _axes_of(node: Any, g: _Graph, input_index: int) -> Optional[List[int]]:
     if axes is not None:
         return list(axes)
     if len(node.input) > input_index and node.input[input_index]:
-        if g.batched(node.input[input_index]):
-            raise _Mixes("batched axes")
-        return g.value(node.input[input_index])
+        return g.value(node.input[input_index])  # a constant: the rules ask _data first
     return None
 
 
@@ -183,6 +181,11 @@ def _data(node: Any, g: _Graph) -> Pos:
     if not g.batched(node.input[0]) or any(g.batched(n) for n in node.input[1:] if n):
         raise _Mixes("batched weights or parameters")
     return g.pos[node.input[0]]
+
+
+def _clamp(index: int, length: int) -> int:
+    """A ``start`` or ``end`` index into ``length`` elements as ONNX's ``Shape`` and ``Slice`` read it."""
+    return min(max(index + length if index < 0 else index, 0), length)
 
 
 def _prod(dims: Sequence[Any]) -> int:
@@ -467,8 +470,8 @@ def _node_rule(node: Any, g: _Graph) -> Pos:
     op = node.op_type
     if node.domain not in ("", "ai.onnx"):
         raise _Mixes(f"operator {node.domain}.{op}")
-    if op in ("Shape", "Size"):
-        raise _Mixes(f"operator {op} of a batched tensor (its value is the batch)")
+    if op == "Size":  # Shape is :func:`_shape_of`'s
+        raise _Mixes("operator Size of a batched tensor (its value is the batch)")
     if op in ELEMENTWISE:
         return _broadcast(node, g, [n for n in node.input if n])
     if op in PER_SAMPLE:
@@ -498,8 +501,7 @@ def _shape_of(node: Any, g: _Graph) -> Tuple[str, Optional[Pos]]:
     rank = g.rank(node.input[0])
     if rank is None:
         raise _Mixes("a tensor of unknown rank")
-    start, end = (min(max(int(v) + rank if int(v) < 0 else int(v), 0), rank)
-                  for v in (_attr(node, "start", 0), _attr(node, "end", rank)))
+    start, end = _clamp(int(_attr(node, "start", 0)), rank), _clamp(int(_attr(node, "end", rank)), rank)
     return (SHAPE, (axis - start, inner)) if start <= axis < end else (CONST, None)
 
 
@@ -538,7 +540,7 @@ def _from_shape(node: Any, g: _Graph) -> Tuple[str, Optional[Pos]]:
             steps = g.value(ins[4]) if len(ins) > 4 and ins[4] else [1]
             if not starts or not ends or len(starts) != 1 or axes not in ([0], [-1]) or steps != [1]:
                 raise _Mixes("a slice of the shape that is not one constant range")
-            lo, hi = (min(max(v + int(length) if v < 0 else v, 0), int(length)) for v in (starts[0], ends[0]))
+            lo, hi = _clamp(starts[0], int(length)), _clamp(ends[0], int(length))
             return (SHAPE, (k - lo, inner)) if lo <= k < hi else (CONST, None)
         idx = g.value(ins[1])
         if idx is None or g.rank(ins[1]) != 1 or _attr(node, "axis", 0) not in (0, -1):

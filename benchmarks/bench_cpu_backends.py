@@ -18,8 +18,8 @@ alike. Printed: the median, mean, 99th percentile and fastest milliseconds of ea
 between their outputs, and the machine's load average before and after. With
 ``--busy`` each pair is timed again while a helper process keeps one core busy
 (benchmarks/busy.py, bounded: it stops by itself). ``--one-stream`` also times
-OpenVINO as one stream where its engine runs the batch in chunks on several
-streams (:class:`~mx_trt.builder.backends.openvino.SplitRunner`). ``--cold-binds N`` instead
+each backend as one stream where its engine runs the batch in chunks on several
+streams (:mod:`mx_trt.builder.backends.chunks`). ``--cold-binds N`` instead
 times N cold binds (a fresh plan cache each) of each model at the first batch
 under the measured engine rule, with ONNX Runtime alone as the CPU candidate and
 with OpenVINO beside it, alternating, and prints each bind's decision.
@@ -77,7 +77,7 @@ def export_whole(sym: Any, args: Dict[str, Any], aux: Dict[str, Any],
 
 def build_engines(exported: Any, threads: int, one_stream: bool = False) -> Dict[str, Any]:
     """``{backend name: engine}`` of ONNX Runtime and OpenVINO over ``exported``, ``threads`` threads each; with
-    ``one_stream``, also ``"openvino one stream"``: OpenVINO without its batch in chunks (where it splits it)."""
+    ``one_stream``, also ``"<backend> one stream"``: each backend without its batch in chunks (where it splits it)."""
     from mx_trt.builder.backends import BACKENDS, BuildOptions
 
     out = {}
@@ -88,9 +88,10 @@ def build_engines(exported: Any, threads: int, one_stream: bool = False) -> Dict
         # ONNX Runtime reads its count from "ort_threads" (the bind's MXNET_TENSORRT_ORT_THREADS), OpenVINO from "threads".
         out[name] = BACKENDS[name]().build(exported, BuildOptions(name=name, extra={"threads": threads,
                                                                                    "ort_threads": threads}))
-    if one_stream and getattr(out["openvino"], "split", None):
-        out["openvino one stream"] = BACKENDS["openvino"]().build(
-            exported, BuildOptions(name="openvino one stream", extra={"threads": threads, "split": False}))
+    for name in ("onnxruntime", "openvino"):
+        if one_stream and getattr(out[name], "split", None):
+            out[f"{name} one stream"] = BACKENDS[name]().build(exported, BuildOptions(
+                name=f"{name} one stream", extra={"threads": threads, "ort_threads": threads, "split": False}))
     return out
 
 
@@ -132,11 +133,11 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
           busy: bool = False, one_stream: bool = False) -> List[Dict[str, Any]]:
     """A row per model, batch and thread count; each (model, batch)'s engines of every count timed in the same rounds."""
     from benchmarks.busy import BusyCore, deadline_for
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
     rows = []
     for model in models:
-        sym, args, aux, size = zoo_model(model)
+        sym, args, aux, size = zoo_model(model, size=imagenet_size(model))
         for b in batches:
             shape = (b, 3, size, size)
             exported = export_whole(sym, args, aux, shape)
@@ -154,8 +155,8 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
                     helper.stop(f"{model} batch {b}")
             for t in threads:
                 def of(ts: Dict[str, List[float]]) -> Dict[str, List[float]]:
-                    return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino", "openvino one stream")
-                            if f"{name} {t}t" in ts}
+                    return {name: ts[f"{name} {t}t"] for name in ("onnxruntime", "openvino", "onnxruntime one stream",
+                                                                      "openvino one stream") if f"{name} {t}t" in ts}
 
                 row = {"model": model, "batch": b, "threads": t, "rounds": rounds, **_summary(of(times)),
                        "max_output_gap": gap}
@@ -167,9 +168,9 @@ def bench(models: Sequence[str], batches: Sequence[int], rounds: int, threads: S
                     logger.info("%s batch %d, %d thread(s)%s: onnxruntime %.1f ms, openvino %.1f ms (medians), "
                                 "ratio %.2f%s", model, b, t, label, med["onnxruntime"], med["openvino"],
                                 r["onnxruntime/openvino"],
-                                f"; openvino as one stream {med['openvino one stream']:.1f} ms (the batch in chunks: "
-                                f"{med['openvino one stream'] / med['openvino']:.2f}x)" if "openvino one stream" in med
-                                else "")
+                                "".join(f"; {n} as one stream {med[n + ' one stream']:.1f} ms (the batch in chunks: "
+                                        f"{med[n + ' one stream'] / med[n]:.2f}x)" for n in ("onnxruntime", "openvino")
+                                        if n + " one stream" in med))
             del engines, exported
     return rows
 
@@ -183,9 +184,9 @@ def cold_binds(model: str, batch: int, repeats: int) -> Dict[str, List[float]]:
     import mx_trt
     from mx_trt.builder import backends, engines
     from envscope import env_override
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
-    sym, args, aux, size = zoo_model(model)
+    sym, args, aux, size = zoo_model(model, size=imagenet_size(model))
     variants = {"onnxruntime": ["onnxruntime"], "onnxruntime+openvino": ["onnxruntime", "openvino"]}
     out: Dict[str, List[float]] = {k: [] for k in variants}
     saved = backends.PREFERENCE["cpu"]
@@ -237,7 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="threads per engine; several (1,2): an engine of each count, timed in the same rounds")
     p.add_argument("--busy", action="store_true", help="also time with one core kept busy by a helper process")
     p.add_argument("--one-stream", action="store_true",
-                   help="also time OpenVINO as one stream where it runs the batch in chunks")
+                   help="also time each backend as one stream where it runs the batch in chunks")
     p.add_argument("--cold-binds", type=int, default=0, help="time this many cold binds per candidate set instead")
     p.add_argument("--json", default="")
     a = p.parse_args(argv)

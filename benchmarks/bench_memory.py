@@ -60,9 +60,9 @@ def _model(name: str) -> Tuple[Any, Dict[str, Any], Dict[str, Any], Tuple[int, .
         args = {"fc_weight": mx.nd.random.uniform(-0.03, 0.03, (FC_HIDDEN, 1024)),
                 "fc_bias": mx.nd.random.uniform(-0.03, 0.03, (FC_HIDDEN,))}
         return sym, args, {}, (1, 1024)
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
-    sym, args, aux, size = zoo_model(name)
+    sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
     return sym, args, aux, (1, 3, size, size)
 
 

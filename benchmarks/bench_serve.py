@@ -57,9 +57,9 @@ def _checkpoint(quick: bool, folder: str) -> Tuple[str, Tuple[int, ...], str]:
         prefix = os.path.join(folder, "small_cnn")
         small_cnn(prefix, 32)
         return prefix, (3, 32, 32), "small CNN 3x32x32"
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
-    sym, args, aux, size = zoo_model("resnet50_v1")
+    sym, args, aux, size = zoo_model("resnet50_v1", size=imagenet_size("resnet50_v1"))
     prefix = os.path.join(folder, "resnet50_v1")
     mx.model.save_checkpoint(prefix, 0, sym, args, aux)
     return prefix, (3, size, size), f"ResNet-50 v1 3x{size}x{size}"

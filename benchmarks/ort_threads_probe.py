@@ -61,9 +61,9 @@ def main() -> int:
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
     from mx_trt.tools.cli.timing import forward_fn
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
-    sym, a, x, size = zoo_model(args.model)
+    sym, a, x, size = zoo_model(args.model, size=imagenet_size(args.model))
     ckpt = Checkpoint(args.model, 0, sym, a, x)
     shape = {"data": (args.batch, 3, size, size)}
     data = np.random.RandomState(0).uniform(-1, 1, shape["data"]).astype("float32")

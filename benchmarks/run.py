@@ -168,9 +168,9 @@ def bench_bind(model: str, repeat: int) -> Dict[str, Any]:
 
     import mx_trt
     from mx_trt.frontends import hook
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
-    sym, args, aux, size = zoo_model(model)
+    sym, args, aux, size = zoo_model(model, size=imagenet_size(model))
     params = {**args, **aux}
     shape = (1, 3, size, size)
     legs: Dict[str, Any] = {}
@@ -363,7 +363,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
     from mx_trt.tools.cli.timing import Progress
-    from tests.models.test_model_zoo import zoo_model
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
 
     settings = settings_from_env()
     ctx = mx.cpu()
@@ -374,7 +374,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     try:
         with tempfile.TemporaryDirectory(prefix="mx_trt_bench_e2e_") as cache:
             for name in models:
-                sym, args, aux, size = zoo_model(name)
+                sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
                 ckpt = Checkpoint(name, 0, sym, args, aux)
                 for b in batches:
                     quiet_s = 0.0

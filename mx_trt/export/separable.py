@@ -671,26 +671,44 @@ def without_batch_constants(model: Any, reshapes: Mapping[str, Sequence[int]]) -
     return out
 
 
-def model_macs(model: Any, shapes: Optional["_Graph"] = None) -> int:
-    """Multiply-adds of ``model``'s convolutions and matrix products (``Conv``, ``ConvTranspose``, ``Gemm``,
-    ``MatMul``), from ONNX shape inference (``shapes``: :func:`tensor_shapes`, if already read); nodes of
-    unknown shapes count 0. O(nodes)."""
-    g = shapes if shapes is not None else _Graph(model)
-    total = 0
+def _products(model: Any, g: "_Graph", batch: int) -> List[Tuple[int, int]]:
+    """``(multiply-adds, rows a sample)`` of each convolution and matrix product whose shapes ONNX inferred:
+    rows are the matrix product's ``M`` (a convolution's output pixels: ``M`` of its im2col form)."""
+    out = []
     for node in model.graph.node:
         try:
             if node.op_type in ("Conv", "ConvTranspose"):
                 # Conv: each output element reads Cin/group x kernel; ConvTranspose: each input element
                 # writes Cout/group x kernel. Both are dimensions 1: of the weight.
                 w, y = g.shapes[node.input[1]], g.shapes[node.output[0] if node.op_type == "Conv" else node.input[0]]
-                total += int(np.prod(y, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
+                out.append((int(np.prod(y, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64)),
+                            int(np.prod(y[2:], dtype=np.int64))))
             elif node.op_type in ("Gemm", "MatMul"):
                 a, y = g.shapes[node.input[0]], g.shapes[node.output[0]]
                 k = a[0] if node.op_type == "Gemm" and _attr(node, "transA", 0) else a[-1]
-                total += int(np.prod(y, dtype=np.int64)) * int(k)
+                out.append((int(np.prod(y, dtype=np.int64)) * int(k),
+                            int(np.prod(y[:-1], dtype=np.int64)) // max(1, batch)))
         except (KeyError, TypeError, IndexError):  # a shape ONNX could not infer
             continue
-    return total
+    return out
+
+
+def model_macs(model: Any, shapes: Optional["_Graph"] = None) -> int:
+    """Multiply-adds of ``model``'s convolutions and matrix products (``Conv``, ``ConvTranspose``, ``Gemm``,
+    ``MatMul``), from ONNX shape inference (``shapes``: :func:`tensor_shapes`, if already read); nodes of
+    unknown shapes count 0. O(nodes)."""
+    g = shapes if shapes is not None else _Graph(model)
+    return sum(m for m, _ in _products(model, g, 1))
+
+
+def short_product_share(model: Any, batch: int, sub: int, min_rows: int, shapes: Optional["_Graph"] = None) -> float:
+    """The share of ``model``'s multiply-adds (:func:`model_macs`) in products of fewer than ``min_rows`` rows
+    when the model runs ``sub`` of its ``batch`` samples: the work that a chunk computes with short, slow matrix
+    products (a convolution's last stage at 2x2 pixels: 4 rows a sample). O(nodes)."""
+    g = shapes if shapes is not None else _Graph(model)
+    products = _products(model, g, batch)
+    total = sum(m for m, _ in products)
+    return sum(m for m, rows in products if rows * sub < min_rows) / total if total else 0.0
 
 
 def split_sizes(batch: int, streams: int) -> Tuple[int, int]:

@@ -182,6 +182,19 @@ def test_model_macs_counts_convolutions_and_matrix_products():
     assert model_macs(t) == B * 3 * 64 * 2 * 2 * 2
 
 
+def test_short_product_share_is_the_work_in_products_of_few_rows_a_chunk():
+    from mx_trt.export.separable import short_product_share
+
+    conv, gemm = B * 6 * 64 * 27, B * 5 * 6  # the convolution: 8x8 = 64 rows a sample; the Gemm: 1
+    assert short_product_share(conv_net(), B, 1, 48) == pytest.approx(gemm / (conv + gemm))
+    assert short_product_share(conv_net(), B, 1, 65) == 1.0  # 64 rows in a chunk of 1 ...
+    assert short_product_share(conv_net(), B, 2, 65) == pytest.approx(gemm / (conv + gemm))  # ... 128 in one of 2
+    assert short_product_share(conv_net(), B, 1, 1) == 0.0
+    # A matrix product over a (batch, 3, 8) input: 24 rows a sample.
+    m = model([helper.make_node("MatMul", ["x", "m"], ["y"])], {"m": np.ones((8, 5), "f4")}, out_shape=(B, 3, 8, 5))
+    assert short_product_share(m, B, 1, 24) == 0.0 and short_product_share(m, B, 1, 25) == 1.0
+
+
 def _chunks_match(m, feeds, batch, sub):
     """Run ``m`` on the whole batch, and its chunk model (:func:`without_batch_constants`, inputs and outputs
     of ``sub`` samples: what a split engine compiles) on each chunk; the results must be equal.

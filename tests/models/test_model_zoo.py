@@ -50,6 +50,11 @@ def zoo_size(name: str) -> int:
     return next((v for k, v in FIXED_SIZE.items() if name.startswith(k)), SMALL_SIZE)
 
 
+def imagenet_size(name: str) -> int:
+    """The input size model-zoo classifier ``name`` was designed for: what the benchmarks run it at."""
+    return 299 if name.startswith("inception") else 224
+
+
 def zoo_model(name: str, seed: int = 0, size: int = 0):
     """(symbol, arg_params, aux_params, image size) with seeded random weights.
 

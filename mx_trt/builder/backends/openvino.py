@@ -38,22 +38,20 @@ key holds the OpenVINO version and the CPU's model name and instruction sets.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import logging
 import os
 import platform
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
-from mx_trt.export.separable import batch_split, model_macs, split_sizes, tensor_shapes, without_batch_constants
 from mx_trt.export.spec import OpSpec
 from mx_trt.passes.ir import BatchRange
+from mx_trt.builder.backends.chunks import chunk_layout, run_chunks, split_plan, streams_at_load
 from mx_trt.builder.backends.base import (
     Backend,
     Buffer,
@@ -138,13 +136,6 @@ def compile_config(fp16: bool, threads: int) -> Dict[str, Any]:
     }
 
 
-#: Multiply-adds of one chunk below which a batch runs as one stream. Handing chunks to streams costs about
-#: 0.2-0.3 ms a forward and 35 us a chunk (two threads): measured, one stream against two, an MLP at batch 8
-#: (147 k multiply-adds a sample) 0.07 against 0.34 ms, a 3x3 convolution and a classifier over 112x112
-#: images at batch 8 (7.5 M a sample) 4.65 against 4.74 ms; MobileNetV2 (300 M a sample) gains 16% quiet.
-SPLIT_MIN_CHUNK_MACS = 20_000_000
-
-
 def split_config(config: Mapping[str, Any], streams: int) -> Dict[str, Any]:
     """``config`` for ``streams`` streams sharing its threads (a batch split into chunks)."""
     out = dict(config)
@@ -152,53 +143,13 @@ def split_config(config: Mapping[str, Any], streams: int) -> Dict[str, Any]:
     return out
 
 
-def _split_plan(exported: Any, inputs: Sequence[TensorSpec], ranges: Sequence[BatchRange], threads: int,
-                name: str) -> Tuple[Optional[Tuple[int, int]], Any]:
-    """``(sub-batch, streams)`` when the engine should run its batch in chunks, else ``None`` (logged); and the
-    ONNX model to compile: ``exported.model``, or a copy whose reshapes no longer spell out the batch."""
-    if ranges or threads < 2 or not inputs:
-        return None, exported.model
-    batch = inputs[0].shape[0] if inputs[0].shape else 0
-    sub, streams = split_sizes(int(batch), threads)
-    if streams < 2:
-        return None, exported.model
-    shapes = tensor_shapes(exported.model)  # one ONNX shape inference for both checks
-    chunk = model_macs(exported.model, shapes) * sub // max(1, int(batch))
-    if chunk < SPLIT_MIN_CHUNK_MACS:
-        logger.debug("%s: one stream for the batch of %d: %d multiply-adds a chunk are too few", name, batch, chunk)
-        return None, exported.model
-    found = batch_split(exported.model, int(batch), shapes)
-    if found.reason is not None:
-        logger.info("%s: one stream for the batch of %d: the graph may mix samples (%s)", name, batch, found.reason)
-        return None, exported.model
-    if found.reshapes:
-        logger.debug("%s: %d reshape(s) that spell out the batch rewritten for chunks of %d", name,
-                     len(found.reshapes), sub)
-        return (sub, streams), without_batch_constants(exported.model, found.reshapes)
-    return (sub, streams), exported.model
-
-
-_pool: Optional[ThreadPoolExecutor] = None
-_pool_lock = threading.Lock()
-
-
-def _helpers() -> ThreadPoolExecutor:
-    """The threads that run a split batch's chunks beside the caller (one fewer than the usable CPUs)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(1, engine_threads() - 1), thread_name_prefix="mx_trt-openvino")
-        return _pool
-
-
 class SplitRunner:
     """Runs a batch of ``batch`` samples as chunks of ``sub`` on ``streams`` infer requests.
 
-    Each request takes the next chunk when it is done with its last (dynamic,
-    so a stream slowed by load takes fewer). Chunks are ``ov.Tensor`` s over
-    slices of the caller's buffers (batch-major, so each slice is contiguous): no
-    copies. The caller's thread runs one request; the others run on
-    :func:`_helpers`. OpenVINO releases the GIL while it infers. Not reentrant:
+    Each request takes the next chunk when it is done with its last
+    (:func:`~mx_trt.builder.backends.chunks.run_chunks`). Chunks are ``ov.Tensor`` s
+    over slices of the caller's buffers (batch-major, so each slice is contiguous):
+    no copies. OpenVINO releases the GIL while it infers. Not reentrant:
     one call at a time per engine, as for a latency engine's request.
     """
 
@@ -216,30 +167,19 @@ class SplitRunner:
                         for i in range(0, self.batch, self.sub)]
 
     def run(self) -> None:
-        order = itertools.count()  # next() of a count is atomic under the GIL
         chunks = self._chunks
 
-        def work(request: Any) -> None:
-            while True:
-                k = next(order)
-                if k >= len(chunks):
-                    return
+        def stream(request: Any) -> Callable[[int], None]:
+            def run(k: int) -> None:
                 ins, outs = chunks[k]
                 for i, t in enumerate(ins):
                     request.set_input_tensor(i, t)
                 for i, t in enumerate(outs):
                     request.set_output_tensor(i, t)
                 request.infer()
+            return run
 
-        pool = _pool if _pool is not None else _helpers()  # the lock only until the pool exists
-        others = [pool.submit(work, r) for r in self.requests[1:]]
-        try:
-            work(self.requests[0])
-        finally:
-            errors = [f.exception() for f in others]
-        for exc in errors:
-            if exc is not None:
-                raise exc
+        run_chunks([stream(r) for r in self.requests], len(chunks))
 
 
 def array_at(ptr: int, shape: Sequence[int], dtype: Any) -> np.ndarray:
@@ -375,13 +315,7 @@ class OpenVinoBackend(Backend):
         return f"{platform.system()}-{platform.machine()}-{model}-{isa}"
 
     def layout_for(self, shapes: Sequence[Tuple[int, ...]], dynamic: bool) -> str:
-        # A static batch may be compiled in chunks for as many streams as the CPUs (split_sizes): an engine
-        # stored by a process with other CPUs would run its batch otherwise. Whether the graph allows it is
-        # the same for every count.
-        if dynamic or not shapes or not shapes[0] or int(shapes[0][0]) < 2:
-            return ""
-        sub, streams = split_sizes(int(shapes[0][0]), engine_threads())
-        return f"chunks of {sub} on {streams} streams" if streams > 1 else "one stream"
+        return chunk_layout(shapes, dynamic)
 
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         threads = int(options.extra.get("threads") or engine_threads())
@@ -391,7 +325,7 @@ class OpenVinoBackend(Backend):
         ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []
         held = {n: np.ascontiguousarray(a) for n, a in exported.external.items()}
         # extra "split": False keeps one stream (benchmarks compare the two).
-        split, onnx_model = _split_plan(exported, inputs, ranges, threads, options.name) \
+        split, onnx_model = split_plan(exported.model, _batch(inputs), ranges, threads, options.name) \
             if options.extra.get("split", True) else (None, exported.model)
         if split is not None:
             config = split_config(config, split[1])
@@ -420,10 +354,9 @@ class OpenVinoBackend(Backend):
         split: Optional[Tuple[int, int]] = None
         if meta.get("split"):
             try:
-                sub = int(meta["split"][0])
-                split = (sub, max(1, min(threads, int(inputs[0].shape[0]) // sub)))
-            except (TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
-                raise EngineBuildError(f"{options.name}: stored engine's split {meta['split']!r} is malformed") from exc
+                split = streams_at_load(meta["split"], _batch(inputs), threads)
+            except ValueError as exc:
+                raise EngineBuildError(f"{options.name}: stored engine: {exc}") from exc
             config["NUM_STREAMS"] = split[1]
         path = os.path.join(directory, str(meta.get("file", BLOB)))
         try:
@@ -499,6 +432,11 @@ def _read(model: Any, fed: Mapping[str, np.ndarray], embedded: Mapping[str, np.n
         ov_model.remove_parameter(param)
     ov_model.validate_nodes_and_infer_types()
     return ov_model, []
+
+
+def _batch(inputs: Sequence[TensorSpec]) -> int:
+    """Dimension 0 of the first input (0 without one)."""
+    return int(inputs[0].shape[0]) if inputs and inputs[0].shape else 0
 
 
 def _writeable(arr: np.ndarray) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""OpenVINO engines that run their batch in chunks on several streams (mx_trt.builder.backends.openvino.SplitRunner)."""
+"""CPU engines that run their batch in chunks on several one-thread streams (mx_trt.builder.backends.chunks): OpenVINO's
+infer requests of a model compiled at the chunk's batch, ONNX Runtime's session at the chunk's batch called by every
+stream at once."""
 from __future__ import annotations
 
 import json
@@ -12,15 +14,19 @@ import pytest
 import mx_trt
 from mx_trt.builder import engines
 from mx_trt.builder.backends import BACKENDS
+from mx_trt.builder.backends import chunks
+from mx_trt.builder.backends import onnxruntime as ort_backend
 from mx_trt.builder.backends import openvino as ov_backend
+from mx_trt.builder.backends.base import Buffer
 from mx_trt.errors import EngineRunError
 from mx_trt.frontends.hook import disabled
 from tests.harness.mxcheck import OP_TOL, random_params
 
-# As tests/builder/test_openvino_backend.py: skipped only in a build without OpenVINO; a build that should have it
-# and cannot load it fails these tests.
-pytestmark = pytest.mark.skipif(BACKENDS["openvino"].unavailable_reason() is not None and
-                                os.environ.get("USE_OPENVINO", "1") == "0", reason="built with USE_OPENVINO=0")
+# As tests/builder/test_openvino_backend.py: OpenVINO's cases are skipped only in a build without OpenVINO; a build
+# that should have it and cannot load it fails them.
+NO_OPENVINO = BACKENDS["openvino"].unavailable_reason() is not None and os.environ.get("USE_OPENVINO", "1") == "0"
+BACKEND_NAMES = [pytest.param("openvino", marks=pytest.mark.skipif(NO_OPENVINO, reason="built with USE_OPENVINO=0")),
+                 "onnxruntime"]
 
 RTOL, ATOL = OP_TOL["float32"]
 B = 8
@@ -41,15 +47,36 @@ def batch_mixing_net():
     return mx.sym.broadcast_sub(fc, mx.sym.mean(fc, axis=0, keepdims=True), name="centre")
 
 
+@pytest.fixture(params=BACKEND_NAMES)
+def backend(request, monkeypatch):
+    """Each CPU backend in turn (``MXNET_TENSORRT_BACKEND``)."""
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", request.param)
+    return request.param
+
+
+def _cpus(monkeypatch, count):
+    """Engines built as on a machine with ``count`` usable CPUs, whatever this one has."""
+    for module in (ov_backend, ort_backend, chunks):
+        monkeypatch.setattr(module, "engine_threads", lambda: count)
+
+
 @pytest.fixture
-def two_threads(monkeypatch):
-    """Engines built as on a machine with two usable CPUs, whatever this one has; chunks of any size split."""
-    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 2)
-    monkeypatch.setattr(ov_backend, "SPLIT_MIN_CHUNK_MACS", 0)
+def two_threads(monkeypatch, backend):
+    """Engines built as on a machine with two usable CPUs; chunks of any size and shape split."""
+    _cpus(monkeypatch, 2)
+    monkeypatch.setattr(chunks, "SPLIT_MIN_CHUNK_MACS", 0)
+    monkeypatch.setattr(chunks, "SPLIT_MIN_ROWS", 0)
+
+
+def _compiled_batches(eng):
+    """Dimension 0 of the inputs and outputs the engine's library compiled."""
+    if isinstance(eng, ov_backend.OpenVinoEngine):
+        return [tuple(t.shape)[0] for t in list(eng.compiled.inputs) + list(eng.compiled.outputs)]
+    return [t.shape[0] for t in list(eng.session.get_inputs()) + list(eng.session.get_outputs())]
 
 
 def _env(monkeypatch, cache_dir="", **extra):
-    for k, v in {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_BACKEND": "openvino",
+    for k, v in {"MXNET_USE_TENSORRT": "1",
                  "MXNET_TENSORRT_CACHE_DIR": str(cache_dir), "MXNET_TENSORRT_RUNTIME_CHECK": "0", **extra}.items():
         monkeypatch.setenv(k, v)
 
@@ -76,15 +103,17 @@ def _close(got, ref):
         np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(r).max())))
 
 
-def test_a_separable_batch_runs_in_chunks_on_two_streams(monkeypatch, two_threads):
+def test_a_separable_batch_runs_in_chunks_on_two_streams(monkeypatch, two_threads, backend):
     _env(monkeypatch)
     shapes = {"data": (B, 3, 12, 12)}
     x = _data(shapes["data"])
     _, ref = _run(conv_net(), shapes, x, False)
     exe, got = _run(conv_net(), shapes, x, True)
     eng = mx_trt.bind_info(exe).engines[0].engine
-    assert eng.split == (1, 2) and eng.compiled.get_property("NUM_STREAMS") == 2
-    assert tuple(eng.compiled.inputs[0].shape) == (1, 3, 12, 12)
+    assert type(eng).__module__.endswith(backend)
+    assert eng.split == (1, 2) and _compiled_batches(eng) == [1, 1, 1]
+    if backend == "openvino":
+        assert eng.compiled.get_property("NUM_STREAMS") == 2
     _close(got, ref)
     # Every chunk reads the caller's arrays again: new data, new results in every sample.
     x2 = _data(shapes["data"], seed=7)
@@ -112,7 +141,7 @@ def test_graphs_that_move_the_batch_or_read_its_size_run_in_chunks(monkeypatch, 
     exe, got = _run(sym, shapes, x, True)
     eng = mx_trt.bind_info(exe).engines[0].engine
     assert eng.split == (1, 2)
-    assert [tuple(t.shape)[0] for t in list(eng.compiled.inputs) + list(eng.compiled.outputs)] == [1, 1]
+    assert _compiled_batches(eng) == [1, 1]
     _close(got, ref)
 
 
@@ -121,7 +150,7 @@ def test_a_graph_that_mixes_samples_runs_as_one_batch(monkeypatch, two_threads, 
     shapes = {"data": (B, 5)}
     x = _data(shapes["data"])
     _, ref = _run(batch_mixing_net(), shapes, x, False)
-    with caplog.at_level(logging.INFO, logger="mx_trt.builder.backends.openvino"):
+    with caplog.at_level(logging.INFO, logger="mx_trt.builder.backends.chunks"):
         exe, got = _run(batch_mixing_net(), shapes, x, True)
     assert mx_trt.bind_info(exe).engines[0].engine.split is None
     assert "may mix samples" in caplog.text and "axis 0" in caplog.text
@@ -138,9 +167,9 @@ def test_batch_dynamic_engines_and_batch_one_are_not_split(monkeypatch, two_thre
     _close(got, _run(conv_net(), shapes, x, False)[1])
 
 
-def test_a_batch_of_small_samples_is_not_split(monkeypatch):
+def test_a_batch_of_small_samples_is_not_split(monkeypatch, backend):
     # 62 k multiply-adds a sample: handing chunks to streams would cost more than it saves.
-    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 2)
+    _cpus(monkeypatch, 2)
     from mx_trt.export.separable import model_macs
     from tests.export.test_separable import _exported
 
@@ -150,14 +179,31 @@ def test_a_batch_of_small_samples_is_not_split(monkeypatch):
     assert mx_trt.bind_info(exe).engines[0].engine.split is None
 
 
-def test_one_thread_is_not_split(monkeypatch):
-    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 1)
+def test_chunks_whose_products_are_short_are_not_split(monkeypatch, backend):
+    # The convolution's output, 4x4 pixels a sample, is a product of 16 rows in a chunk of 1: the chunks would
+    # compute more slowly than the batch does. Chunks of 2 (32 rows) are still short, and chunks of 4 would
+    # leave one per stream.
+    _cpus(monkeypatch, 2)
+    monkeypatch.setattr(chunks, "SPLIT_MIN_CHUNK_MACS", 0)
+    _env(monkeypatch)
+    shapes = {"data": (B, 3, 4, 4)}
+    exe, _ = _run(conv_net(), shapes, _data(shapes["data"]), True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split is None
+    # 16x16 pixels a sample (256 rows; the classifier's one row a sample holds 8% of the work): chunks of 1.
+    shapes = {"data": (B, 3, 16, 16)}
+    exe, got = _run(conv_net(), shapes, _data(shapes["data"]), True)
+    assert mx_trt.bind_info(exe).engines[0].engine.split == (1, 2)
+    _close(got, _run(conv_net(), shapes, _data(shapes["data"]), False)[1])
+
+
+def test_one_thread_is_not_split(monkeypatch, backend):
+    _cpus(monkeypatch, 1)
     _env(monkeypatch)
     exe, _ = _run(conv_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
     assert mx_trt.bind_info(exe).engines[0].engine.split is None
 
 
-def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_threads, tmp_path):
+def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_threads, backend, tmp_path):
     _env(monkeypatch, tmp_path)
     shapes = {"data": (B, 3, 12, 12)}
     x = _data(shapes["data"])
@@ -171,10 +217,11 @@ def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_thre
     info = mx_trt.bind_info(exe)
     assert info.loads == 1 and info.engines[0].engine.split == (1, 2)
     np.testing.assert_array_equal(warm[0], cold[0])
+    weights = dict(info.engines[0].engine.stored_weights())  # what a stored ONNX Runtime engine is fed
     # A process with one usable CPU has an entry of its own, one stream (the key holds the chunks' layout).
     del exe
     engines.clear_pool()
-    monkeypatch.setattr(ov_backend, "engine_threads", lambda: 1)
+    _cpus(monkeypatch, 1)
     exe, one = _run(conv_net(), shapes, x, True)
     info = mx_trt.bind_info(exe)
     assert info.loads == 0 and info.builds == 1 and info.engines[0].engine.split is None
@@ -186,28 +233,40 @@ def test_a_split_engine_round_trips_through_the_plan_cache(monkeypatch, two_thre
 
     with open(meta, encoding="utf-8") as f:
         stored = json.load(f)["meta"]["engine"]
-    eng = BACKENDS["openvino"]().load(stored, os.path.dirname(meta), BuildOptions(device_id=-1, name="conv"))
+    eng = BACKENDS[backend]().load(stored, os.path.dirname(meta),
+                                   BuildOptions(device_id=-1, name="conv", extra={"weights": lambda: weights}))
     assert eng.split == (1, 1)
+    x_nd = np.ascontiguousarray(x)
+    out = [np.zeros(t.shape, t.dtype) for t in eng.outputs]
+    eng.run([Buffer(x_nd.ctypes.data, x_nd.shape, "float32")],
+            [Buffer(a.ctypes.data, a.shape, str(a.dtype)) for a in out])
+    _close(out, cold)
 
 
-def test_a_failing_chunk_is_an_engine_run_error(monkeypatch, two_threads):
+def test_a_failing_chunk_is_an_engine_run_error(monkeypatch, two_threads, backend):
     _env(monkeypatch)
     shapes = {"data": (B, 3, 12, 12)}
     exe, _ = _run(conv_net(), shapes, _data(shapes["data"]), True)
-    runner = mx_trt.bind_info(exe).engines[0].engine._split
+    eng = mx_trt.bind_info(exe).engines[0].engine
 
     class Broken:
-        def __init__(self, request):
-            self.request = request
+        def __init__(self, inner):
+            self.inner = inner
 
         def __getattr__(self, name):
-            return getattr(self.request, name)
+            return getattr(self.inner, name)
 
-        def infer(self):
+        def infer(self):  # an OpenVINO infer request
+            raise RuntimeError("chunk refused")
+
+        def run_with_iobinding(self, binding):  # an ONNX Runtime session
             raise RuntimeError("chunk refused")
 
     # Whichever stream takes a chunk fails (which one takes the chunks first is the threads' race).
-    runner.requests = [Broken(r) for r in runner.requests]
+    if backend == "openvino":
+        eng._split.requests = [Broken(r) for r in eng._split.requests]
+    else:
+        eng.session = Broken(eng.session)
     with pytest.raises(EngineRunError, match="chunk refused"):
         mx_trt.bind_info(exe).engines[0].engine.run(*_buffers(exe))
 
@@ -223,7 +282,7 @@ def _buffers(exe):
             [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in outs])
 
 
-def test_a_malformed_stored_split_is_a_build_error(monkeypatch, two_threads, tmp_path):
+def test_a_malformed_stored_split_is_a_build_error(monkeypatch, two_threads, backend, tmp_path):
     from mx_trt.builder.backends.base import BuildOptions
     from mx_trt.errors import EngineBuildError
 
@@ -232,7 +291,6 @@ def test_a_malformed_stored_split_is_a_build_error(monkeypatch, two_threads, tmp
     (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
     with open(meta, encoding="utf-8") as f:
         engine_meta = json.load(f)["meta"]["engine"]
-    for bad in (["x"], [0], [None], 3):
+    for bad in (["x"], [0], [None], 3, [3]):  # [3]: chunks that do not divide the batch of 8
         with pytest.raises(EngineBuildError, match="split"):
-            ov_backend.OpenVinoBackend().load({**engine_meta, "split": bad}, os.path.dirname(meta),
-                                              BuildOptions(name="stored"))
+            BACKENDS[backend]().load({**engine_meta, "split": bad}, os.path.dirname(meta), BuildOptions(name="stored"))

@@ -54,6 +54,8 @@ from mx_trt.export.shapes import onnx_tensors, static_dims
 logger = logging.getLogger(__name__)
 
 CONST, BATCHED, SHAPE = "const", "batched", "shape"
+#: The state of a tensor that may mix samples, in a walk that goes on past such an operator (:func:`walk`).
+MIXED = "mixed"
 #: Where a batched tensor holds its batch: ``(axis, inner)``, dimension ``axis`` of size ``batch * inner``.
 Pos = Tuple[int, int]
 
@@ -108,12 +110,14 @@ class _Graph:
         from onnx import numpy_helper
 
         try:
-            found = onnx_tensors(model)[0]
+            found, types = onnx_tensors(model)
         except Exception as exc:  # shape inference refuses some custom domains: the shapes the model declares
             logger.debug("separable: ONNX shape inference failed (%s); ranks from the graph alone", exc)
-            found = onnx_tensors(model, infer=False)[0]
+            found, types = onnx_tensors(model, infer=False)
         g = model.graph
         self.shapes: Dict[str, Tuple[Any, ...]] = {k: static_dims(v) for k, v in found.items()}
+        #: Tensor name -> ONNX element type, where known.
+        self.types: Dict[str, int] = dict(types)
         self.values: Dict[str, np.ndarray] = {}
         for t in g.initializer:
             self.shapes[t.name] = tuple(t.dims)
@@ -601,44 +605,82 @@ def batch_split(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Ba
     if batch < 2:
         return BatchSplit(f"batch {batch}")
     g = shapes if shapes is not None else _Graph(model)
-    g.state = {t.name: CONST for t in model.graph.initializer}
-    g.state[""] = CONST  # an omitted optional input
-    g.pos, g.reshapes, g.batch = {}, {}, int(batch)
     graph = model.graph
     inits = {t.name for t in graph.initializer}
-    for v in list(graph.input) + list(graph.output):
-        if v.name in inits:
-            continue
+    for v in graph.output:
         dims = g.shapes.get(v.name)
-        if not dims or dims[0] != batch:
+        if v.name not in inits and (not dims or dims[0] != batch):
             return BatchSplit(f"tensor {v.name} is not batch-major ({dims})")
-    for v in graph.input:
-        if v.name not in inits:
-            g.state[v.name], g.pos[v.name] = BATCHED, (0, 1)
-    for node in graph.node:
-        if any(n not in g.state for n in node.input):
-            return BatchSplit(f"ONNX node {node.name} reads a tensor defined later")
-        if all(g.state[n] == CONST for n in node.input):
-            if node.op_type.startswith("Random"):
-                return BatchSplit(f"operator {node.op_type}")
-            for out in node.output:
-                g.state[out] = CONST
-            continue
-        try:
-            state, pos = _step(node, g)
-        except _Mixes as exc:
-            return BatchSplit(f"ONNX node {node.name or node.op_type} ({node.op_type}): {exc}")
-        for out in node.output:
-            if out:
-                g.state[out] = state
-                if pos is not None:
-                    g.pos[out] = pos
+    reason = walk(model, batch, g)
+    if reason is not None:
+        return BatchSplit(reason)
     for v in graph.output:
         if g.state.get(v.name) != BATCHED:
             return BatchSplit(f"output {v.name} does not depend on the batch")
         if g.pos[v.name] != (0, 1):
             return BatchSplit(f"output {v.name} holds the batch at {g.pos[v.name]} (axis, inner), not at axis 0")
     return BatchSplit(None, dict(g.reshapes))
+
+
+def reads(node: Any) -> List[str]:
+    """The tensors ``node`` reads: its inputs, and the outer tensors its subgraphs (a ``Loop``'s or an ``If``'s
+    bodies) name, which ONNX lets them read without listing them."""
+    out = [t for t in node.input if t]
+    for a in node.attribute:
+        for body in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            made = {v.name for v in body.input} | {t.name for t in body.initializer}
+            made.update(o for n in body.node for o in n.output)
+            out.extend(t for n in body.node for t in reads(n) if t not in made)
+    return list(dict.fromkeys(out))
+
+
+def walk(model: Any, batch: int, g: "_Graph", keep_going: bool = False) -> Optional[str]:
+    """Give every tensor of ``model`` its state in ``g`` (``g.state``, ``g.pos``, ``g.reshapes``), in topological
+    order; the first reason a node may mix samples, or ``None``.
+
+    The walk stops at that node, unless ``keep_going``: then its outputs, and everything computed from them,
+    are :data:`MIXED`, and the walk goes on. Graph inputs must be batch-major (else that is the reason, and
+    nothing is walked). O(nodes + edges).
+    """
+    g.state = {t.name: CONST for t in model.graph.initializer}
+    g.state[""] = CONST  # an omitted optional input
+    g.pos, g.reshapes, g.batch = {}, {}, int(batch)
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    for v in graph.input:
+        dims = g.shapes.get(v.name)
+        if v.name not in inits and (not dims or dims[0] != batch):
+            return f"tensor {v.name} is not batch-major ({dims})"
+    for v in graph.input:
+        if v.name not in inits:
+            g.state[v.name], g.pos[v.name] = BATCHED, (0, 1)
+    first: Optional[str] = None
+    for node in graph.node:
+        read = reads(node)
+        if any(n not in g.state for n in read):
+            return f"ONNX node {node.name} reads a tensor defined later"
+        state: str
+        pos: Optional[Pos] = None
+        if any(g.state[n] == MIXED for n in read):
+            state = MIXED
+        elif all(g.state[n] == CONST for n in read) and not node.op_type.startswith("Random"):
+            state = CONST
+        else:
+            try:
+                if node.op_type.startswith("Random"):
+                    raise _Mixes(f"operator {node.op_type}")
+                state, pos = _step(node, g)
+            except _Mixes as exc:
+                first = first or f"ONNX node {node.name or node.op_type} ({node.op_type}): {exc}"
+                if not keep_going:
+                    return first
+                state = MIXED
+        for out in node.output:
+            if out:
+                g.state[out] = state
+                if pos is not None:
+                    g.pos[out] = pos
+    return first
 
 
 def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -> Optional[str]:
@@ -671,22 +713,22 @@ def without_batch_constants(model: Any, reshapes: Mapping[str, Sequence[int]]) -
     return out
 
 
-def _products(model: Any, g: "_Graph", batch: int) -> List[Tuple[int, int]]:
-    """``(multiply-adds, rows a sample)`` of each convolution and matrix product whose shapes ONNX inferred:
-    rows are the matrix product's ``M`` (a convolution's output pixels: ``M`` of its im2col form)."""
+def products(model: Any, g: "_Graph", batch: int) -> List[Tuple[int, int, int]]:
+    """``(node index, multiply-adds, rows a sample)`` of each convolution and matrix product whose shapes ONNX
+    inferred: rows are the matrix product's ``M`` (a convolution's output pixels: ``M`` of its im2col form)."""
     out = []
-    for node in model.graph.node:
+    for i, node in enumerate(model.graph.node):
         try:
             if node.op_type in ("Conv", "ConvTranspose"):
                 # Conv: each output element reads Cin/group x kernel; ConvTranspose: each input element
                 # writes Cout/group x kernel. Both are dimensions 1: of the weight.
                 w, y = g.shapes[node.input[1]], g.shapes[node.output[0] if node.op_type == "Conv" else node.input[0]]
-                out.append((int(np.prod(y, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64)),
+                out.append((i, int(np.prod(y, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64)),
                             int(np.prod(y[2:], dtype=np.int64))))
             elif node.op_type in ("Gemm", "MatMul"):
                 a, y = g.shapes[node.input[0]], g.shapes[node.output[0]]
                 k = a[0] if node.op_type == "Gemm" and _attr(node, "transA", 0) else a[-1]
-                out.append((int(np.prod(y, dtype=np.int64)) * int(k),
+                out.append((i, int(np.prod(y, dtype=np.int64)) * int(k),
                             int(np.prod(y[:-1], dtype=np.int64)) // max(1, batch)))
         except (KeyError, TypeError, IndexError):  # a shape ONNX could not infer
             continue
@@ -698,7 +740,7 @@ def model_macs(model: Any, shapes: Optional["_Graph"] = None) -> int:
     ``MatMul``), from ONNX shape inference (``shapes``: :func:`tensor_shapes`, if already read); nodes of
     unknown shapes count 0. O(nodes)."""
     g = shapes if shapes is not None else _Graph(model)
-    return sum(m for m, _ in _products(model, g, 1))
+    return sum(m for _, m, _ in products(model, g, 1))
 
 
 def short_product_share(model: Any, batch: int, sub: int, min_rows: int, shapes: Optional["_Graph"] = None) -> float:
@@ -706,9 +748,9 @@ def short_product_share(model: Any, batch: int, sub: int, min_rows: int, shapes:
     when the model runs ``sub`` of its ``batch`` samples: the work that a chunk computes with short, slow matrix
     products (a convolution's last stage at 2x2 pixels: 4 rows a sample). O(nodes)."""
     g = shapes if shapes is not None else _Graph(model)
-    products = _products(model, g, batch)
-    total = sum(m for m, _ in products)
-    return sum(m for m, rows in products if rows * sub < min_rows) / total if total else 0.0
+    found = products(model, g, batch)
+    total = sum(m for _, m, _ in found)
+    return sum(m for _, m, rows in found if rows * sub < min_rows) / total if total else 0.0
 
 
 def split_sizes(batch: int, streams: int) -> Tuple[int, int]:

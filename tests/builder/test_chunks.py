@@ -42,9 +42,23 @@ def conv_net():
 
 
 def batch_mixing_net():
-    # Each sample minus the batch's mean: sample i of the output reads every input sample.
-    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
-    return mx.sym.broadcast_sub(fc, mx.sym.mean(fc, axis=0, keepdims=True), name="centre")
+    # Each sample minus the batch's mean, first: sample i of every later tensor reads every input sample.
+    x = mx.sym.var("data")
+    centred = mx.sym.broadcast_sub(x, mx.sym.mean(x, axis=0, keepdims=True, name="mean"), name="centre")
+    return mx.sym.FullyConnected(centred, num_hidden=6, name="fc")
+
+
+def late_mixing_net():
+    # A CNN whose end mixes samples (each sample's scores minus the batch's mean), as a detector's suppression
+    # does: the convolutions run in chunks, the end over the whole batch. Two outputs: one of the head's own,
+    # one of the tail's.
+    x = mx.sym.var("data")
+    c = mx.sym.Convolution(x, num_filter=16, kernel=(3, 3), pad=(1, 1), name="conv")
+    r = mx.sym.relu(mx.sym.BatchNorm(c, fix_gamma=False, name="bn"), name="relu")
+    fc = mx.sym.FullyConnected(mx.sym.Pooling(r, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool"),
+                               num_hidden=6, name="fc")
+    centred = mx.sym.broadcast_sub(fc, mx.sym.mean(fc, axis=0, keepdims=True, name="mean"), name="centre")
+    return mx.sym.Group([mx.sym.tanh(r, name="t"), mx.sym.softmax(centred, name="sm")])
 
 
 @pytest.fixture(params=BACKEND_NAMES)
@@ -155,6 +169,38 @@ def test_a_graph_that_mixes_samples_runs_as_one_batch(monkeypatch, two_threads, 
     assert mx_trt.bind_info(exe).engines[0].engine.split is None
     assert "may mix samples" in caplog.text and "axis 0" in caplog.text
     _close(got, ref)
+
+
+def test_a_graph_that_mixes_samples_at_its_end_runs_its_head_in_chunks(monkeypatch, two_threads, backend, tmp_path):
+    from mx_trt.builder.backends.chain import ChainEngine
+
+    _env(monkeypatch, tmp_path)
+    shapes = {"data": (B, 3, 12, 12)}
+    x = _data(shapes["data"])
+    _, ref = _run(late_mixing_net(), shapes, x, False)
+    exe, got = _run(late_mixing_net(), shapes, x, True)
+    info = mx_trt.bind_info(exe)
+    eng = info.engines[0].engine
+    assert len(info.engines) == 1 and isinstance(eng, ChainEngine)
+    assert eng.split == (1, 2) and eng.head.split == (1, 2) and getattr(eng.tail, "split", None) is None
+    assert _compiled_batches(eng.head) == [1, 1, 1]  # data -> the head's output t and the FC's output
+    assert [t.shape[0] for t in eng.tail.inputs + eng.tail.outputs] == [B, B]
+    _close(got, ref)
+    x2 = _data(shapes["data"], seed=5)
+    exe.arg_dict["data"][:] = x2
+    exe.forward(is_train=False)
+    _close([o.asnumpy() for o in exe.outputs], _run(late_mixing_net(), shapes, x2, False)[1])
+    # Stored as one entry, both parts in it; a warm bind loads them.
+    (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
+    with open(meta, encoding="utf-8") as f:
+        stored = json.load(f)["meta"]["engine"]
+    assert stored["format"] == "chain" and stored["split"] == [1, 2] and len(stored["cut"]) == 1
+    del exe
+    engines.clear_pool()
+    exe, warm = _run(late_mixing_net(), shapes, x, True)
+    info = mx_trt.bind_info(exe)
+    assert info.loads == 1 and isinstance(info.engines[0].engine, ChainEngine)
+    _close(warm, ref)
 
 
 @pytest.mark.parametrize("extra, batch", [({"MXNET_TENSORRT_MAX_BATCH_SIZE": "16"}, B), ({}, 1)])

@@ -77,11 +77,12 @@ def split_plan(model: Any, batch: int, ranges: Sequence[BatchRange], threads: in
     if streams < 2:
         return None, model
     shapes = tensor_shapes(model)  # one ONNX shape inference for every check
-    sub = _long_enough(model, shapes, int(batch), sub, threads)
-    if sub is None:
+    size = _long_enough(model, shapes, int(batch), sub, threads)
+    if size is None:
         logger.debug("%s: one stream for the batch of %d: chunks would compute with short matrix products", name,
                      batch)
         return None, model
+    sub = size
     streams = min(threads, int(batch) // sub)
     chunk = model_macs(model, shapes) * sub // max(1, int(batch))
     if chunk < min_chunk_macs:

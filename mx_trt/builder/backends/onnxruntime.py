@@ -54,6 +54,8 @@ from mx_trt.export.shapes import PluginShape
 from mx_trt.export.spec import OpSpec
 from mx_trt.export.subgraph import EXTERNAL_MIN_BYTES
 from mx_trt.passes.ir import BatchRange
+from mx_trt.builder.backends.chain import FORMAT as CHAIN
+from mx_trt.builder.backends.chain import build_chain, load_chain
 from mx_trt.builder.backends.chunks import Split, chunk_layout, model_at_batch, run_chunks, split_plan, \
     streams_at_load
 from mx_trt.builder.backends.ort_plugins import plugins_named, register_plugins
@@ -333,12 +335,17 @@ class OnnxRuntimeBackend(Backend):
         threads = _threads(options.extra)
         # extra "split": False keeps one session over the batch (benchmarks compare the two). Plugins' results
         # are checked against MXNet's shapes of the whole batch: an engine holding one is not split.
+        batch = int(inputs[0].shape[0]) if inputs and inputs[0].shape else 0
         if options.extra.get("split", True) and not plugins:
-            batch = int(inputs[0].shape[0]) if inputs and inputs[0].shape else 0
             split, model = split_plan(exported.model, batch, ranges, threads, options.name)
             if split is not None:
                 exported = dataclasses.replace(exported, model=model_at_batch(model, split[0]))
                 threads = 1  # each stream is one thread: the session's own pool would only wait on them
+        if split is None and options.extra.get("split", True) and not ranges and threads > 1 and batch > 1:
+            # A model that mixes samples only near its end (a detector's suppression, plugins included).
+            chained = build_chain(self, exported, options, batch, threads)
+            if chained is not None:
+                return chained
         so = _build_options(exported.weight_bytes, plugins, threads)
         # Stored engines need ONNX Runtime to write the optimized model and the values
         # it derived (through protobuf: only below its limit).
@@ -415,6 +422,8 @@ class OnnxRuntimeBackend(Backend):
         return engine
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
+        if meta.get("format") == CHAIN:
+            return load_chain(self, meta, directory, options)
         if meta.get("format") != "onnx-fed":
             raise EngineBuildError(f"{options.name}: stored engine format {meta.get('format')!r} is not this version's")
         inputs = tensor_specs(meta["inputs"])

@@ -51,6 +51,8 @@ from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
 from mx_trt.export.spec import OpSpec
 from mx_trt.passes.ir import BatchRange
+from mx_trt.builder.backends.chain import FORMAT as CHAIN
+from mx_trt.builder.backends.chain import build_chain, load_chain
 from mx_trt.builder.backends.chunks import chunk_layout, run_chunks, split_plan, streams_at_load
 from mx_trt.builder.backends.base import (
     Backend,
@@ -327,6 +329,10 @@ class OpenVinoBackend(Backend):
         # extra "split": False keeps one stream (benchmarks compare the two).
         split, onnx_model = split_plan(exported.model, _batch(inputs), ranges, threads, options.name) \
             if options.extra.get("split", True) else (None, exported.model)
+        if split is None and options.extra.get("split", True) and not ranges and threads > 1 and _batch(inputs) > 1:
+            chained = build_chain(self, exported, options, _batch(inputs), threads)
+            if chained is not None:
+                return chained
         if split is not None:
             config = split_config(config, split[1])
         try:
@@ -344,6 +350,8 @@ class OpenVinoBackend(Backend):
         return OpenVinoEngine(compiled, inputs, outputs, options.name, ranges, held, config, split)
 
     def load(self, meta: Mapping[str, Any], directory: str, options: BuildOptions) -> Engine:
+        if meta.get("format") == CHAIN:
+            return load_chain(self, meta, directory, options)
         if meta.get("format") != FORMAT:
             raise EngineBuildError(f"{options.name}: stored engine format {meta.get('format')!r} is not this version's")
         config = dict(meta.get("config") or {})

@@ -32,11 +32,12 @@ without a rule, or one whose rule fails, makes the model not separable, with
 the reason. Conservative by construction: a ``False`` can only cost speed.
 
 Constants must not spell out ``B`` either: a chunk is compiled at its own
-batch. The one exception is a ``Reshape`` whose constant target shape gives the
-batch axis's size (MXNet's exporter writes ``[96, 32]`` for a mask of 8
-samples and 12 heads): :attr:`BatchSplit.reshapes` holds the shape to write
-instead, with ``-1`` at the batch axis, and :func:`without_batch_constants`
-writes it into a copy of the model.
+batch. The exceptions are a ``Reshape`` or an ``Expand`` whose constant target
+shape gives the batch axis's size (MXNet's exporter writes ``[96, 32]`` for a
+mask of 8 samples and 12 heads, ``[8, 256, 13, 13, 2]`` for YOLOv3's
+upsampling): :attr:`BatchSplit.reshapes` holds the shape to write instead, with
+``-1`` (``Reshape``) or ``1`` (``Expand``) at the batch axis, and
+:func:`without_batch_constants` writes it into a copy of the model.
 
 Complexity: O(nodes + edges), plus one ONNX shape inference (ranks and constant
 shapes; it reads no weight data).
@@ -95,8 +96,8 @@ class BatchSplit:
 
     Attributes:
         reason: ``None`` when the model computes each sample on its own, else the first reason it may not.
-        reshapes: Output name of each ``Reshape`` whose constant target shape spells out the batch -> the
-            shape to give it instead (``-1`` at the batch axis); empty unless separable.
+        reshapes: Output name of each ``Reshape`` or ``Expand`` whose constant target shape spells out the
+            batch -> the shape to give it instead (``-1`` or ``1`` at the batch axis); empty unless separable.
     """
 
     reason: Optional[str]
@@ -137,7 +138,7 @@ class _Graph:
         #: Batched tensor name -> its batch's position.
         self.pos: Dict[str, Pos] = {}
         self.batch = 0
-        #: Reshape output -> the batch-free target shape to write (:attr:`BatchSplit.reshapes`).
+        #: Reshape or Expand output -> the batch-free target shape to write (:attr:`BatchSplit.reshapes`).
         self.reshapes: Dict[str, Tuple[int, ...]] = {}
 
     def rank(self, name: str) -> Optional[int]:
@@ -419,6 +420,24 @@ def _per_axis(index: int, what: str, keeps: float) -> Callable[[Any, _Graph], Po
     return rule
 
 
+def _expand(node: Any, g: _Graph) -> Pos:
+    """``Expand`` to a constant shape: ``1`` at the batch axis, or the batch axis's own size (the exporter writes
+    ``[8, 256, 13, 13, 2]`` for YOLOv3's upsampling of 8 samples), which a chunk's model reads as ``1``
+    (:attr:`BatchSplit.reshapes`)."""
+    axis, inner = _data(node, g)
+    v = g.values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    dims = g.shapes.get(node.input[0])
+    if v is None or dims is None or v.size < len(dims):
+        raise _Mixes("a shape that is not constant at the input's rank or more")
+    flat = np.asarray(v).reshape(-1)
+    at = axis + flat.size - len(dims)  # Expand may add leading axes
+    if flat[at] != 1:
+        if flat[at] != dims[axis]:
+            raise _Mixes(f"shape {flat.tolist()} changes the batch axis {axis}")
+        g.reshapes[node.output[0]] = tuple(int(d) if i != at else 1 for i, d in enumerate(flat))
+    return at, inner
+
+
 def _resize(node: Any, g: _Graph) -> Pos:
     if len(node.input) > 3 and node.input[3]:
         raise _Mixes("sizes (they spell out the batch)")
@@ -462,7 +481,7 @@ def _matmul(node: Any, g: _Graph) -> Pos:
 _RULES: Dict[str, Callable[[Any, _Graph], Pos]] = {
     "Reshape": _reshape, "Flatten": _flatten, "Transpose": _transpose, "Squeeze": _squeeze, "Unsqueeze": _squeeze,
     "Slice": _slice, "Pad": _pad, "Resize": _resize, "Upsample": _per_axis(1, "scales", 1.0),
-    "Expand": _per_axis(1, "shape", 1), "Tile": _per_axis(1, "repeats", 1), "Gemm": _gemm, "MatMul": _matmul,
+    "Expand": _expand, "Tile": _per_axis(1, "repeats", 1), "Gemm": _gemm, "MatMul": _matmul,
     "Gather": _gather, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize, "Concat": _concat,
     **{op: _reduce for op in REDUCE}, **{op: _along_axis for op in ALONG_AXIS},
     **{op: _from_axis for op in FROM_AXIS},
@@ -690,7 +709,7 @@ def batch_separable(model: Any, batch: int, shapes: Optional["_Graph"] = None) -
 
 
 def without_batch_constants(model: Any, reshapes: Mapping[str, Sequence[int]]) -> Any:
-    """A copy of ``model`` whose ``Reshape`` nodes named in ``reshapes`` (by output) read the target shapes
+    """A copy of ``model`` whose ``Reshape`` and ``Expand`` nodes named in ``reshapes`` (by output) read the shapes
     given there: :attr:`BatchSplit.reshapes`, so that the model may be compiled at another batch.
     ``model`` itself is unchanged; O(model proto size) (external weights are not copied)."""
     from onnx import ModelProto, numpy_helper
@@ -701,7 +720,7 @@ def without_batch_constants(model: Any, reshapes: Mapping[str, Sequence[int]]) -
         return out
     taken = {t.name for t in out.graph.initializer} | {o for n in out.graph.node for o in n.output}
     for node in out.graph.node:
-        if node.op_type == "Reshape" and node.output[0] in reshapes:
+        if node.op_type in ("Reshape", "Expand") and node.output[0] in reshapes:
             name, i = f"{node.output[0]}__batch_free_shape", 0
             while name in taken:
                 i += 1

@@ -228,6 +228,20 @@ def test_a_reshape_that_spells_out_the_batch_is_rewritten_for_chunks():
     assert [t.name for t in m.graph.initializer] == ["s"] and list(m.graph.node[0].input) == ["x", "s"]
 
 
+def test_an_expand_that_spells_out_the_batch_is_rewritten_for_chunks():
+    # YOLOv3's nearest upsampling: (B, 3, 8, 8, 1) expanded to [B, 3, 8, 8, 2], the batch written out.
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"]), helper.make_node("Expand", ["u", "s"], ["e"]),
+             helper.make_node("Reshape", ["e", "r"], ["y"])]
+    m = model(nodes, {"ax": np.array([4], "i8"), "s": np.array([B, 3, 8, 8, 2], "i8"),
+                      "r": np.array([0, 0, 8, 16], "i8")}, out_shape=(B, 3, 8, 16))
+    found = _chunks_match(m, {"x": np.random.RandomState(2).randn(B, 3, 8, 8).astype("f4")}, B, 1)
+    assert found.reshapes == {"e": (1, 3, 8, 8, 2)}
+    # 1 at the batch axis (broadcasting leaves it): nothing to rewrite.
+    m = model(nodes, {"ax": np.array([4], "i8"), "s": np.array([1, 3, 8, 8, 2], "i8"),
+                      "r": np.array([0, 0, 8, 16], "i8")}, out_shape=(B, 3, 8, 16))
+    assert batch_split(m, B).reshapes == {} and batch_separable(m, B) is None
+
+
 def attention_net(heads=2):
     """Self-attention as GluonNLP's BERT computes it: time-major, the heads folded into the batch axis, and a
     per-sample mask whose reshape the exporter writes with the batch spelled out."""

@@ -203,6 +203,52 @@ def test_a_graph_that_mixes_samples_at_its_end_runs_its_head_in_chunks(monkeypat
     _close(warm, ref)
 
 
+@pytest.mark.parametrize("failure", ["cut", "tail"])
+def test_a_model_that_cannot_be_chained_is_one_engine_with_a_warning(monkeypatch, two_threads, backend, caplog,
+                                                                     failure):
+    from mx_trt.builder.backends import chain
+    from mx_trt.builder.backends.chain import ChainEngine
+    from mx_trt.errors import EngineBuildError
+
+    if failure == "cut":
+        def broken(*args, **kwargs):
+            raise KeyError("something the cut did not expect")
+
+        monkeypatch.setattr(chain, "head_split", broken)
+    else:
+        build = BACKENDS[backend].build
+
+        def failing_tail(self, exported, options):
+            if options.name.endswith("(tail)"):
+                raise EngineBuildError(f"{options.name}: refused")
+            return build(self, exported, options)
+
+        monkeypatch.setattr(BACKENDS[backend], "build", failing_tail)
+    _env(monkeypatch)
+    shapes = {"data": (B, 3, 12, 12)}
+    x = _data(shapes["data"])
+    with caplog.at_level(logging.WARNING, logger="mx_trt.builder.backends.chain"):
+        exe, got = _run(late_mixing_net(), shapes, x, True)
+    eng = mx_trt.bind_info(exe).engines[0].engine
+    assert not isinstance(eng, ChainEngine) and eng.split is None
+    assert "one engine over the batch" in caplog.text
+    _close(got, _run(late_mixing_net(), shapes, x, False)[1])
+
+
+def test_a_malformed_stored_chain_is_a_build_error(monkeypatch, two_threads, backend, tmp_path):
+    from mx_trt.builder.backends.base import BuildOptions
+    from mx_trt.errors import EngineBuildError
+
+    _env(monkeypatch, tmp_path)
+    _run(late_mixing_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
+    (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
+    with open(meta, encoding="utf-8") as f:
+        stored = json.load(f)["meta"]["engine"]
+    for bad in ({"parts": None}, {"files": {"head": ["../x"], "tail": []}}, {"cut": 3}):
+        with pytest.raises(EngineBuildError, match="chained engine"):
+            BACKENDS[backend]().load({**stored, **bad}, os.path.dirname(meta), BuildOptions(name="stored"))
+
+
 @pytest.mark.parametrize("extra, batch", [({"MXNET_TENSORRT_MAX_BATCH_SIZE": "16"}, B), ({}, 1)])
 def test_batch_dynamic_engines_and_batch_one_are_not_split(monkeypatch, two_threads, extra, batch):
     _env(monkeypatch, **extra)

@@ -56,6 +56,8 @@ class ChainEngine(Engine):
             raise EngineBuildError(f"{name}: the parts of a chained engine name tensors it does not have: {missing}")
         self._arrays = {t.name: np.empty(t.shape, t.dtype) for t in cut}
         self._between = {n: Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for n, a in self._arrays.items()}
+        self._bound_key: Optional[Tuple[Any, ...]] = None
+        self._calls: List[Tuple[List[Buffer], List[Buffer]]] = []
 
     @property
     def split(self) -> Optional[Tuple[int, int]]:
@@ -63,12 +65,18 @@ class ChainEngine(Engine):
         return getattr(self.head, "split", None)
 
     def run(self, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
-        self.check_buffers(self.name, inputs, outputs)
-        at: Dict[str, Buffer] = dict(self._between)
-        at.update((t.name, b) for t, b in zip(self.inputs, inputs))
-        at.update((t.name, b) for t, b in zip(self.outputs, outputs))
-        for part in (self.head, self.tail):
-            part.run([at[t.name] for t in part.inputs], [at[t.name] for t in part.outputs])
+        key = tuple((b.ptr, b.shape) for b in inputs) + tuple((b.ptr, b.shape) for b in outputs)
+        if key != self._bound_key:
+            # Buffers of a bound executor are stable, so this runs once per executor.
+            self.check_buffers(self.name, inputs, outputs)
+            at: Dict[str, Buffer] = dict(self._between)
+            at.update((t.name, b) for t, b in zip(self.inputs, inputs))
+            at.update((t.name, b) for t, b in zip(self.outputs, outputs))
+            self._calls = [([at[t.name] for t in part.inputs], [at[t.name] for t in part.outputs])
+                           for part in (self.head, self.tail)]
+            self._bound_key = key
+        for part, (ins, outs) in zip((self.head, self.tail), self._calls):
+            part.run(ins, outs)
 
     def stored_weights(self) -> Dict[str, Any]:
         return {**self.head.stored_weights(), **self.tail.stored_weights()}
@@ -93,26 +101,34 @@ class ChainEngine(Engine):
 def build_chain(backend: Backend, exported: Any, options: BuildOptions, batch: int,
                 threads: int) -> Optional[ChainEngine]:
     """A :class:`ChainEngine` of ``exported`` built by ``backend``, its head in chunks on ``threads`` streams; or
-    ``None`` (logged) when the model has no head worth it (:func:`~mx_trt.builder.backends.chunks.split_plan`
-    decides for the head as for a whole model). Nothing is built then.
-
-    Raises:
-        EngineBuildError: the backend failed to build a part.
+    ``None`` (logged), and the caller builds one engine over the batch: when the model has no head worth it
+    (:func:`~mx_trt.builder.backends.chunks.split_plan` decides for the head as for a whole model), or when
+    cutting it or building a part failed.
     """
-    found, reason = head_split(exported, batch)
+    try:
+        found, reason = head_split(exported, batch)
+    except Exception as exc:  # noqa: BLE001 - a model the cut does not understand: one engine, as before
+        logger.warning("%s: could not cut the model for chunks (%s: %s); one engine over the batch", options.name,
+                       type(exc).__name__, exc)
+        return None
     if found is None:
         logger.debug("%s: one stream for the batch of %d: %s", options.name, batch, reason)
         return None
     if split_plan(found.head.model, batch, (), threads, f"{options.name} (head)")[0] is None:
         return None  # logged by split_plan
-    head = backend.build(found.head, dataclasses.replace(options, name=f"{options.name} (head)",
-                                                         extra=dict(options.extra)))
-    split = getattr(head, "split", None)
-    if split is None:
-        logger.debug("%s: the head was built as one stream: one engine over the batch", options.name)
+    try:
+        head = backend.build(found.head, dataclasses.replace(options, name=f"{options.name} (head)",
+                                                             extra=dict(options.extra)))
+        split = getattr(head, "split", None)
+        if split is None:
+            logger.debug("%s: the head was built as one stream: one engine over the batch", options.name)
+            return None
+        tail = backend.build(found.tail, dataclasses.replace(options, name=f"{options.name} (tail)",
+                                                             extra={**options.extra, "split": False}))
+    except EngineBuildError as exc:
+        logger.warning("%s: a part of the model cut for chunks did not build (%s); one engine over the batch",
+                       options.name, exc)
         return None
-    tail = backend.build(found.tail, dataclasses.replace(options, name=f"{options.name} (tail)",
-                                                         extra={**options.extra, "split": False}))
     logger.info("%s: the batch of %d in chunks of %d through the part that holds %.0f%% of the work (%d tensors "
                 "cross to the rest, which runs over the whole batch)", options.name, batch, split[0],
                 100 * found.share, len(found.cut))

@@ -235,20 +235,6 @@ def test_a_model_that_cannot_be_chained_is_one_engine_with_a_warning(monkeypatch
     _close(got, _run(late_mixing_net(), shapes, x, False)[1])
 
 
-def test_a_malformed_stored_chain_is_a_build_error(monkeypatch, two_threads, backend, tmp_path):
-    from mx_trt.builder.backends.base import BuildOptions
-    from mx_trt.errors import EngineBuildError
-
-    _env(monkeypatch, tmp_path)
-    _run(late_mixing_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
-    (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
-    with open(meta, encoding="utf-8") as f:
-        stored = json.load(f)["meta"]["engine"]
-    for bad in ({"parts": None}, {"files": {"head": ["../x"], "tail": []}}, {"cut": 3}):
-        with pytest.raises(EngineBuildError, match="chained engine"):
-            BACKENDS[backend]().load({**stored, **bad}, os.path.dirname(meta), BuildOptions(name="stored"))
-
-
 @pytest.mark.parametrize("extra, batch", [({"MXNET_TENSORRT_MAX_BATCH_SIZE": "16"}, B), ({}, 1)])
 def test_batch_dynamic_engines_and_batch_one_are_not_split(monkeypatch, two_threads, extra, batch):
     _env(monkeypatch, **extra)
@@ -374,15 +360,20 @@ def _buffers(exe):
             [Buffer(a.ctypes.data, tuple(a.shape), str(a.dtype)) for a in outs])
 
 
-def test_a_malformed_stored_split_is_a_build_error(monkeypatch, two_threads, backend, tmp_path):
+@pytest.mark.parametrize("net, bad, match", [
+    # A split: [3] has chunks that do not divide the batch of 8.
+    (conv_net, [{"split": v} for v in (["x"], [0], [None], 3, [3])], "split"),
+    (late_mixing_net, [{"parts": None}, {"files": {"head": ["../x"], "tail": []}}, {"cut": 3}], "chained engine"),
+])
+def test_malformed_stored_metadata_is_a_build_error(monkeypatch, two_threads, backend, tmp_path, net, bad, match):
     from mx_trt.builder.backends.base import BuildOptions
     from mx_trt.errors import EngineBuildError
 
     _env(monkeypatch, tmp_path)
-    _run(conv_net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
+    _run(net(), {"data": (B, 3, 12, 12)}, _data((B, 3, 12, 12)), True)
     (meta,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "meta.json"]
     with open(meta, encoding="utf-8") as f:
-        engine_meta = json.load(f)["meta"]["engine"]
-    for bad in (["x"], [0], [None], 3, [3]):  # [3]: chunks that do not divide the batch of 8
-        with pytest.raises(EngineBuildError, match="split"):
-            BACKENDS[backend]().load({**engine_meta, "split": bad}, os.path.dirname(meta), BuildOptions(name="stored"))
+        stored = json.load(f)["meta"]["engine"]
+    for change in bad:
+        with pytest.raises(EngineBuildError, match=match):
+            BACKENDS[backend]().load({**stored, **change}, os.path.dirname(meta), BuildOptions(name="stored"))

@@ -139,10 +139,31 @@ def stored_engine_problem(entry: Any) -> Optional[str]:
     engine = entry.meta.get("engine")
     if not isinstance(engine, dict) or not engine:
         return "its metadata has no engine description"
+    return _named_files_problem(engine, entry.files, "")
+
+
+def _named_files_problem(engine: Mapping[str, Any], files: Any, prefix: str) -> Optional[str]:
+    """Why the files ``engine`` names (``prefix`` + the name: a chained engine's parts store theirs as
+    ``head.<file>``, ``tail.<file>``) are not all among ``files``, or ``None``."""
     for k, v in engine.items():
         if k == "file" or k.endswith("_file"):
-            if not isinstance(v, str) or v not in entry.files:
-                return f"its metadata names {k}={v!r}, which is not one of its files {sorted(entry.files)}"
+            if not isinstance(v, str) or prefix + v not in files:
+                return f"its metadata names {k}={v!r}, which is not one of its files {sorted(files)}"
+    parts, listed = engine.get("parts"), engine.get("files")
+    if parts is None:
+        return None
+    if not isinstance(parts, dict) or not isinstance(listed, dict):
+        return "its metadata describes parts without their files"
+    for label, part in parts.items():
+        names = listed.get(label)
+        if not isinstance(part, dict) or not isinstance(names, list):
+            return f"its metadata describes part {label!r} without its files"
+        missing = [n for n in names if not isinstance(n, str) or f"{prefix}{label}.{n}" not in files]
+        if missing:
+            return f"its part {label!r} names files {missing} that are not among its files {sorted(files)}"
+        problem = _named_files_problem(part, files, f"{prefix}{label}.")
+        if problem is not None:
+            return problem
     return None
 
 

@@ -195,6 +195,20 @@ def test_a_graph_that_mixes_samples_at_its_end_runs_its_head_in_chunks(monkeypat
     with open(meta, encoding="utf-8") as f:
         stored = json.load(f)["meta"]["engine"]
     assert stored["format"] == "chain" and stored["split"] == [1, 2] and len(stored["cut"]) == 1
+    # The files its parts name must be the entry's own, as a single engine's are.
+    import copy
+    import types
+
+    from mx_trt.builder.engines import stored_engine_problem
+
+    files = {f: 0 for f in os.listdir(os.path.dirname(meta)) if f != "meta.json"}
+    assert stored_engine_problem(types.SimpleNamespace(meta={"engine": stored}, files=files)) is None
+    wrong = copy.deepcopy(stored)
+    next(iter(wrong["parts"].values()))["file"] = "../../elsewhere"
+    wrong_list = copy.deepcopy(stored)
+    wrong_list["files"]["tail"].append("missing")
+    for bad in (wrong, wrong_list, {**stored, "files": None}):
+        assert stored_engine_problem(types.SimpleNamespace(meta={"engine": bad}, files=files)) is not None
     del exe
     engines.clear_pool()
     exe, warm = _run(late_mixing_net(), shapes, x, True)

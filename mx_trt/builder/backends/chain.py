@@ -10,7 +10,9 @@ in arrays it allocates once, the head writing model outputs it computes straight
 into the caller's buffers.
 
 Stored as one plan-cache entry: each part's files in its backend's format, named
-``head.<file>`` and ``tail.<file>``, and the metadata of both.
+``head.<file>`` and ``tail.<file>``, and the metadata of both. The files a part's
+metadata names must be among the entry's own, as for any stored engine
+(:func:`mx_trt.builder.engines.stored_engine_problem`).
 """
 from __future__ import annotations
 

@@ -103,13 +103,13 @@ def head_split(exported: ExportedSubgraph, batch: int,
         if not dims or any(not isinstance(d, (int, np.integer)) for d in dims) or dtype is None:
             return None, f"the shape or type of {t} between the two parts is not known"
         specs[t] = (t, tuple(int(d) for d in dims), dtype)
-    head_inputs = [n for n in exported.input_names if _reads(graph, head_outputs, inputs, n)]
-    tail_inputs = [n for n in exported.input_names if n in cut]
-    tail_inputs += [t for t in cut if t not in inputs]
-    head = _part(exported, head_inputs, head_outputs, specs, set(inputs), "head", plugins=False)
-    tail = _part(exported, tail_inputs, tail_outputs, specs, set(tail_inputs), "tail", plugins=True)
-    if any(i in mixed for i in _nodes_between(graph, head_outputs, inputs)):
-        return None, "the head would compute a tensor that mixes samples"  # not expected: the cut prevents it
+    head_nodes = _nodes_between(graph, producer, head_outputs, inputs)
+    head_reads = {t for i in head_nodes for t in reads(graph.node[i])} | set(head_outputs)
+    head_inputs = [n for n in exported.input_names if n in head_reads]
+    tail_inputs = [n for n in exported.input_names if n in cut] + [t for t in cut if t not in inputs]
+    tail_nodes = _nodes_between(graph, producer, tail_outputs, set(tail_inputs))
+    head = _part(exported, head_nodes, head_inputs, head_outputs, specs, "head", plugins=False)
+    tail = _part(exported, tail_nodes, tail_inputs, tail_outputs, specs, "tail", plugins=True)
     return HeadSplit(head, tail, [specs[t] for t in cut_only], share), ""
 
 
@@ -136,9 +136,9 @@ def _downstream(graph: Any, mixed: Set[int]) -> Set[int]:
     return out
 
 
-def _nodes_between(graph: Any, outputs: Sequence[str], stops: Set[str]) -> List[int]:
-    """Indices of the nodes that compute ``outputs`` from initializers and ``stops`` (backward from them)."""
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+def _nodes_between(graph: Any, producer: Dict[str, int], outputs: Sequence[str], stops: Set[str]) -> List[int]:
+    """Indices of the nodes that compute ``outputs`` from initializers and ``stops`` (backward from them;
+    ``producer``: tensor -> index of the node computing it)."""
     found: Set[int] = set()
     todo = [t for t in outputs if t not in stops]
     while todo:
@@ -150,22 +150,15 @@ def _nodes_between(graph: Any, outputs: Sequence[str], stops: Set[str]) -> List[
     return sorted(found)
 
 
-def _reads(graph: Any, outputs: Sequence[str], stops: Set[str], name: str) -> bool:
-    """Whether computing ``outputs`` (back to ``stops``) reads the tensor ``name``."""
-    if name in outputs:
-        return True
-    return any(name in reads(graph.node[i]) for i in _nodes_between(graph, outputs, stops))
-
-
-def _part(exported: ExportedSubgraph, inputs: Sequence[str], outputs: Sequence[str],
-          specs: Dict[str, Tuple[str, Tuple[int, ...], str]], stops: Set[str], label: str,
-          plugins: bool) -> ExportedSubgraph:
-    """The ``ExportedSubgraph`` computing ``outputs`` from ``inputs`` (its nodes in the model's order)."""
+def _part(exported: ExportedSubgraph, node_ids: Sequence[int], inputs: Sequence[str], outputs: Sequence[str],
+          specs: Dict[str, Tuple[str, Tuple[int, ...], str]], label: str, plugins: bool) -> ExportedSubgraph:
+    """The ``ExportedSubgraph`` of the nodes ``node_ids`` (in the model's order), computing ``outputs`` from
+    ``inputs``."""
     from onnx import helper
 
     model = exported.model
     graph = model.graph
-    nodes = [graph.node[i] for i in _nodes_between(graph, outputs, stops)]
+    nodes = [graph.node[i] for i in node_ids]
     read = {t for n in nodes for t in reads(n)} | set(outputs)
     inits = [t for t in graph.initializer if t.name in read]
 

@@ -15,7 +15,8 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    MXNet executor. The subgraph's own MXNet symbol is bound natively with the
    same weights, on the same input shapes (random inputs). After warm-up runs the
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
-   :data:`SUBGRAPH_SECONDS`; the median over rounds of each engine's time over
+   :data:`SUBGRAPH_SECONDS` (fewer, one at least, where more would pass the
+   bind's budget below); the median over rounds of each engine's time over
    MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
 3. The decision and every timing are stored as a small plan-cache entry. The
    candidates were built in memory: only the engine chosen is stored
@@ -23,7 +24,10 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    candidates found on disk but not chosen are removed.
 
 The timing is bounded: a bind spends at most :data:`BIND_SECONDS` running
-subgraphs for it. Subgraphs left when that is spent, and those whose native
+subgraphs for it, or, when runs are longer than that allows, one warm-up and
+one timed run of each executor of the subgraph under way (runs of
+:data:`LONG_RUN_S` or more have no untimed runs in their turns). Subgraphs left
+when that is spent, and those whose native
 symbol MXNet cannot bind alone, are decided by the cost rule
 (:func:`mx_trt.passes.cost.worth_an_engine`) and not stored, so a later bind
 measures them.
@@ -69,11 +73,17 @@ SETTLE = 1
 SETTLE_S = 0.02
 #: Untimed runs of one turn at most (tiny subgraphs).
 MAX_SETTLE = 16
+#: Runs at least this long (s) have no untimed runs at the start of their turn: what ran before slows a run by
+#: some 20 ms (:data:`SETTLE_S`), 2% of such a run at most, while an untimed run would double the turn.
+LONG_RUN_S = 1.0
 #: Timed runs of each executor: at least, and at most.
 MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
 SUBGRAPH_SECONDS = 0.2
-#: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides.
+#: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides. Within
+#: a subgraph, a round of runs that would end past it is not started, the first excepted: each executor runs
+#: once untimed and once timed at least (FCN ResNet-50 at 480x480 took 78 s to bind cold when 3 rounds were
+#: always made, MXNet's forward alone 4.6 s a run at one thread).
 BIND_SECONDS = 10.0
 #: The margin by which an engine must beat MXNet when it holds the whole model and the executor's run-time
 #: check (:mod:`mx_trt.runtime.arbiter`) will compare the two on its own forwards: none, and an engine up to
@@ -269,7 +279,7 @@ def settle_turn(fn: Callable[[], None], runs: int, seconds: float, clock: Callab
 def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
                    max_runs: int = MAX_RUNS, warmup: int = WARMUP,
                    clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
-                   settle_s: float = SETTLE_S) -> List[List[float]]:
+                   settle_s: float = SETTLE_S, budget_s: Optional[float] = None) -> List[List[float]]:
     """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
@@ -278,50 +288,69 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
     hits every function alike. The untimed runs of a turn (what ran before
     disturbs the first runs of a turn) are at least ``settle``, and more until
     they have taken ``settle_s`` seconds (at most :data:`MAX_SETTLE`); ``settle``
-    0: none. Cost: ``len(fns) * (warmup + rounds * (settle + 1))`` runs, plus
+    0, or a function whose last run took :data:`LONG_RUN_S` or more: none.
+    With ``budget_s``, a round after the first is not started when, at the
+    functions' last run times, it would end more than ``budget_s`` seconds after
+    the warm-up began: one round is made whatever the budget.
+    Cost: ``len(fns) * (warmup + rounds * (settle + 1))`` runs, plus
     ``settle_s`` per turn at most.
     """
+    began = clock()
+    last: List[float] = []  # each function's latest run (s): its warm-up's, then its timed runs'
     for fn in fns:
+        t = clock()
         for _ in range(warmup):
             fn()
+        last.append((clock() - t) / warmup if warmup else 0.0)
     times: List[List[float]] = [[] for _ in fns]
     start = clock()
     idx = list(range(len(fns)))
     for r in range(max_runs):
         if r >= min_runs and clock() - start >= seconds:
             break
+        if r and budget_s is not None and clock() - began + _round_s(last, settle, settle_s) > budget_s:
+            logger.debug("measuring stopped after %d round(s): the next would pass the budget of %.1f s", r, budget_s)
+            break
         for i in idx[r % len(idx):] + idx[:r % len(idx)]:
-            settle_turn(fns[i], settle, settle_s, clock)
+            if last[i] < LONG_RUN_S:
+                settle_turn(fns[i], settle, settle_s, clock)
             t = clock()
             fns[i]()
-            times[i].append((clock() - t) * 1e3)
+            last[i] = clock() - t
+            times[i].append(last[i] * 1e3)
     return times
+
+
+def _round_s(last: Sequence[float], settle: int, settle_s: float) -> float:
+    """Seconds one round of :func:`alternate_runs` is expected to take, each function at its ``last`` run time."""
+    return sum(t if t >= LONG_RUN_S else t * (1 + settle) + (settle_s if settle else 0.0) for t in last)
 
 
 def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
               max_runs: int = MAX_RUNS, warmup: int = WARMUP,
               clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
-              settle_s: float = SETTLE_S) -> List[float]:
+              settle_s: float = SETTLE_S, budget_s: Optional[float] = None) -> List[float]:
     """Median milliseconds of each of ``fns`` (:func:`alternate_runs`)."""
     return [statistics.median(t)
-            for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock, settle, settle_s)]
+            for t in alternate_runs(fns, seconds, min_runs, max_runs, warmup, clock, settle, settle_s, budget_s)]
 
 
-#: ``(native forward, [engine forward per candidate], seconds) -> (native ms, [ms per candidate],
-#: [engine/native ratio per candidate])``: how a subgraph is timed (tests replace it with a
-#: deterministic timer). Latencies are medians; each ratio is the median over rounds of the
-#: engine's time over MXNet's in the same round.
-Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float], Tuple[float, List[float], List[float]]]
+#: ``(native forward, [engine forward per candidate], seconds, budget seconds) -> (native ms, [ms per
+#: candidate], [engine/native ratio per candidate])``: how a subgraph is timed (tests replace it with a
+#: deterministic timer); ``seconds`` and the budget as :func:`alternate_runs` reads them. Latencies are
+#: medians; each ratio is the median over rounds of the engine's time over MXNet's in the same round.
+Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float, Optional[float]],
+                 Tuple[float, List[float], List[float]]]
 
 
 def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]],
-                  seconds: float) -> Tuple[float, List[float], List[float]]:
+                  seconds: float, budget_s: Optional[float] = None) -> Tuple[float, List[float], List[float]]:
     """:func:`alternate_runs` over MXNet and the engines: medians, and the medians of the per-round ratios.
 
     A ratio of two runs made side by side in one round is what transient load on
     the machine disturbs least: it decides, the medians are reported.
     """
-    runs = alternate_runs([native, *engines], seconds)
+    runs = alternate_runs([native, *engines], seconds, budget_s=budget_s)
     ratios = [statistics.median(e / n for e, n in zip(eng, runs[0]) if n > 0) for eng in runs[1:]]
     return statistics.median(runs[0]), [statistics.median(t) for t in runs[1:]], ratios
 
@@ -348,7 +377,9 @@ class Measurer:
         self.graph, self.params, self.ctx, self.native_bind = graph, params, ctx, native_bind
         self.threads = dict(threads or {})
         self.cache, self.providers = cache, dict(providers)
-        self.timer: Timer = timer if timer is not None else default_timer
+        self.timer: Timer = default_timer
+        if timer is not None:
+            self.timer = timer
         self.budget_s = BIND_SECONDS if budget_s is None else budget_s
         self.spent_s = 0.0
         self.timed = 0
@@ -465,8 +496,8 @@ class Measurer:
                 run = _bind(self.native_bind, node, self.ctx, {n: feeds[n] for n in in_names})
                 run.fused = fused  # type: ignore[attr-defined]  # the registry holds it weakly
                 runs.append(_direct(run, fused) if direct else run)
-            seconds = min(SUBGRAPH_SECONDS, max(0.0, self.budget_s - self.spent_s))
-            native_ms, engine_ms, ratios = self.timer(native, runs, seconds)
+            left = max(0.0, self.budget_s - self.spent_s)
+            native_ms, engine_ms, ratios = self.timer(native, runs, min(SUBGRAPH_SECONDS, left), left)
         except Exception as exc:  # MXNet cannot bind or run the subgraph alone: estimate instead
             logger.info("%s: not measured (%s: %s)", sg.name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
             return self._cost_rule(sg, "not measurable alone", built[0][0])

@@ -360,7 +360,7 @@ class StubTimer:
     def __init__(self, native_ms, engine_ms):
         self.native_ms, self.engine_ms, self.counts = native_ms, list(engine_ms), []
 
-    def __call__(self, native, engines, seconds):
+    def __call__(self, native, engines, seconds, budget_s):
         self.counts.append(len(engines))
         native()
         for run in engines:

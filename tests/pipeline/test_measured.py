@@ -37,7 +37,7 @@ class StubTimer:
     def __init__(self, native_ms, engine_ms):
         self.native_ms, self.engine_ms, self.calls = native_ms, list(engine_ms), 0
 
-    def __call__(self, native, engines, seconds):
+    def __call__(self, native, engines, seconds, budget_s):
         self.calls += 1
         native()
         for run in engines:
@@ -304,6 +304,58 @@ def test_alternate_runs_in_rounds_within_the_budget():
     assert calls == ["a"] * 3  # at least min_runs, whatever the budget
 
 
+def test_the_bind_budget_bounds_rounds_of_long_runs():
+    """Runs of seconds: no untimed runs in their turns, and no round that would end past the budget but the first."""
+    calls = []
+    now = [0.0]
+
+    def fn(name, s):
+        def run():
+            calls.append(name)
+            now[0] += s
+        return run
+
+    # MXNet 4.6 s a run, two engines 2.5 s: warm-up 9.6 s, then one round (no untimed runs) of 9.6 s
+    times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5), fn("b", 2.5)], seconds=0.2,
+                                   clock=lambda: now[0], budget_s=10.0)
+    assert [len(t) for t in times] == [1, 1, 1] and times[0] == [pytest.approx(4600.0)]
+    assert calls == ["native", "a", "b", "native", "a", "b"]
+    assert now[0] == pytest.approx(19.2)
+    # a budget of 30 s: warm-up and two rounds end at 28.8 s; a third would end at 38.4
+    calls.clear()
+    now[0] = 0.0
+    times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5), fn("b", 2.5)], seconds=0.2,
+                                   clock=lambda: now[0], budget_s=30.0)
+    assert [len(t) for t in times] == [2, 2, 2] and now[0] == pytest.approx(28.8)
+    # without a budget, MIN_RUNS rounds whatever they cost
+    now[0] = 0.0
+    times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5)], seconds=0.2, clock=lambda: now[0])
+    assert [len(t) for t in times] == [measure.MIN_RUNS] * 2
+
+
+def test_the_budget_leaves_short_runs_their_rounds_and_untimed_runs():
+    calls = []
+    now = [0.0]
+
+    def fn(name, s):
+        def run():
+            calls.append(name)
+            now[0] += s
+        return run
+
+    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=lambda: now[0],
+                                   budget_s=10.0)
+    assert len(times[0]) == measure.MIN_RUNS  # 0.2 s passed after the third round
+    # a warm-up each, then per round and function one untimed run (20 ms passed) and one timed
+    assert len(calls) == 2 * (measure.WARMUP + measure.MIN_RUNS * (measure.SETTLE + 1))
+    # a budget that one more round would pass stops them, after one round at least
+    calls.clear()
+    now[0] = 0.0
+    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=lambda: now[0],
+                                   budget_s=0.3)
+    assert [len(t) for t in times] == [1, 1]  # warm-up 0.09 s, a round 0.18 s: a second would end at 0.45 s
+
+
 def test_each_turn_settles_before_its_timed_run():
     """The first run of a turn pays for what ran before (MXNet's spinning threads): it is not timed."""
     calls = []
@@ -363,7 +415,7 @@ def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
     # rounds 2, 4 and 5 ran under load; the engine is 0.8x MXNet in every round
     native = [4.0, 40.0, 4.0, 40.0, 40.0]
     engine = [3.2, 32.0, 3.2, 32.0, 32.0]
-    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds: [native, engine])
+    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds, budget_s: [native, engine])
     native_ms, engine_ms, ratios = measure.default_timer(lambda: None, [lambda: None], 1.0)
     assert native_ms == 40.0 and engine_ms == [32.0] and ratios == [pytest.approx(0.8)]
     # medians of other rounds would say "slower" (native 4.0 from round 1 against the engine's 32.0); ratios do not
@@ -488,9 +540,9 @@ def test_engines_are_timed_as_the_executor_will_run_them(monkeypatch, measured, 
         return real_run(self, inputs, outputs)
 
     class Timer(StubTimer):
-        def __call__(self, native, engines, seconds):
+        def __call__(self, native, engines, seconds, budget_s):
             threads.clear()
-            out = super().__call__(native, engines, seconds)
+            out = super().__call__(native, engines, seconds, budget_s)
             self.threads = list(threads)
             return out
 

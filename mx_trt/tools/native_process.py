@@ -45,8 +45,10 @@ from mx_trt.settings import child_environment
 
 logger = logging.getLogger(__name__)
 
-#: The worker ends after this long without a request.
-IDLE_SECONDS = 600.0
+#: The worker ends after this long without a request (a caller that died closes its standard input first). A
+#: caller may bind other executors of a heavy model between two requests: FCN ResNet-50 at batch 8 and 480x480
+#: took over ten minutes for the benchmark's, and a worker that had ended at 600 s failed its run.
+IDLE_SECONDS = 3 * 3600.0
 
 
 def save_model(folder: str, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],

@@ -296,7 +296,7 @@ def test_build_and_partition_show_the_measured_decisions(models, capsys, tmp_pat
     # The model's tiny subgraphs go to the timer although the estimate would rule them out.
     monkeypatch.setattr(plan, "keep_worthwhile", lambda graph, part: part)
     # A deterministic timer: MXNet 2 ms, the engine 1 ms (the rule itself: tests/pipeline/test_measured.py).
-    monkeypatch.setattr(measure, "default_timer", lambda native, engines, s: (2.0, [1.0] * len(engines), [0.5] * len(engines)))
+    monkeypatch.setattr(measure, "default_timer", lambda native, engines, s, budget_s: (2.0, [1.0] * len(engines), [0.5] * len(engines)))
     monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
     cache = tmp_path / "plans"
     code, out, err = run(capsys, "build", models["net"], *SHAPE, "--cache-dir", cache)

@@ -304,20 +304,27 @@ def test_alternate_runs_in_rounds_within_the_budget():
     assert calls == ["a"] * 3  # at least min_runs, whatever the budget
 
 
-def test_the_bind_budget_bounds_rounds_of_long_runs():
-    """Runs of seconds: no untimed runs in their turns, and no round that would end past the budget but the first."""
-    calls = []
-    now = [0.0]
+def _fake_runs():
+    """``(make, clock, calls, now)``: ``make(name, s)`` is a run that takes ``s`` seconds of ``clock``, a clock
+    that moves only by runs, and logs ``name`` in ``calls``; ``now[0]`` is the clock's time."""
+    calls, now = [], [0.0]
 
-    def fn(name, s):
+    def make(name, s):
         def run():
             calls.append(name)
             now[0] += s
         return run
 
+    return make, (lambda: now[0]), calls, now
+
+
+def test_the_bind_budget_bounds_rounds_of_long_runs():
+    """Runs of seconds: no untimed runs in their turns, and no round that would end past the budget but the first."""
+    fn, clock, calls, now = _fake_runs()
+
     # MXNet 4.6 s a run, two engines 2.5 s: warm-up 9.6 s, then one round (no untimed runs) of 9.6 s
     times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5), fn("b", 2.5)], seconds=0.2,
-                                   clock=lambda: now[0], budget_s=10.0)
+                                   clock=clock, budget_s=10.0)
     assert [len(t) for t in times] == [1, 1, 1] and times[0] == [pytest.approx(4600.0)]
     assert calls == ["native", "a", "b", "native", "a", "b"]
     assert now[0] == pytest.approx(19.2)
@@ -325,25 +332,18 @@ def test_the_bind_budget_bounds_rounds_of_long_runs():
     calls.clear()
     now[0] = 0.0
     times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5), fn("b", 2.5)], seconds=0.2,
-                                   clock=lambda: now[0], budget_s=30.0)
+                                   clock=clock, budget_s=30.0)
     assert [len(t) for t in times] == [2, 2, 2] and now[0] == pytest.approx(28.8)
     # without a budget, MIN_RUNS rounds whatever they cost
     now[0] = 0.0
-    times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5)], seconds=0.2, clock=lambda: now[0])
+    times = measure.alternate_runs([fn("native", 4.6), fn("a", 2.5)], seconds=0.2, clock=clock)
     assert [len(t) for t in times] == [measure.MIN_RUNS] * 2
 
 
 def test_the_budget_leaves_short_runs_their_rounds_and_untimed_runs():
-    calls = []
-    now = [0.0]
+    fn, clock, calls, now = _fake_runs()
 
-    def fn(name, s):
-        def run():
-            calls.append(name)
-            now[0] += s
-        return run
-
-    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=lambda: now[0],
+    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=clock,
                                    budget_s=10.0)
     assert len(times[0]) == measure.MIN_RUNS  # 0.2 s passed after the third round
     # a warm-up each, then per round and function one untimed run (20 ms passed) and one timed
@@ -351,7 +351,7 @@ def test_the_budget_leaves_short_runs_their_rounds_and_untimed_runs():
     # a budget that one more round would pass stops them, after one round at least
     calls.clear()
     now[0] = 0.0
-    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=lambda: now[0],
+    times = measure.alternate_runs([fn("native", 0.05), fn("engine", 0.04)], seconds=0.2, clock=clock,
                                    budget_s=0.3)
     assert [len(t) for t in times] == [1, 1]  # warm-up 0.09 s, a round 0.18 s: a second would end at 0.45 s
 

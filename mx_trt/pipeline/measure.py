@@ -322,8 +322,9 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
 
 
 def _round_s(last: Sequence[float], settle: int, settle_s: float) -> float:
-    """Seconds one round of :func:`alternate_runs` is expected to take, each function at its ``last`` run time."""
-    return sum(t if t >= LONG_RUN_S else t * (1 + settle) + (settle_s if settle else 0.0) for t in last)
+    """Seconds one round of :func:`alternate_runs` is expected to take, each function at its ``last`` run time: a
+    timed run, after untimed ones (:func:`settle_turn`: ``settle`` runs, and more until ``settle_s``) when short."""
+    return sum(t if t >= LONG_RUN_S or not settle else t + max(settle * t, settle_s) for t in last)
 
 
 def alternate(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,

@@ -181,7 +181,8 @@ class _MeasuredRule:
         # to it (CHECKED_KEEP_BELOW). With native operators or other engines beside it, the usual margin.
         inside, total = plan.op_counts()
         whole = len(plan.partition.subgraphs) == 1 and inside == total
-        self.keep_below = CHECKED_KEEP_BELOW if whole and request.checked else KEEP_BELOW
+        self.checked = whole and request.checked
+        self.keep_below = CHECKED_KEEP_BELOW if self.checked else KEEP_BELOW
         # The executor of a whole model in one engine runs it on the caller's thread (runtime.direct): time it so.
         self.direct = whole and device == "cpu"
 
@@ -199,7 +200,8 @@ class _MeasuredRule:
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
                                             self.exporter32)
-        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below, self.direct)
+        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below, self.direct,
+                                                 self.checked)
         if chosen is None:
             return decision, None
         engine, source, (backend, precision) = chosen

@@ -553,3 +553,64 @@ def test_engines_are_timed_as_the_executor_will_run_them(monkeypatch, measured, 
     (decision,) = info.decisions.values()
     assert decision.engine == ("onnxruntime", "fp32") and timer.threads
     assert (threading.get_ident() in timer.threads) is not beside_native
+
+
+def _no_timing(*a):
+    raise AssertionError("MXNet must not be timed")
+
+
+def test_a_whole_model_of_long_forwards_is_left_to_the_run_time_check(monkeypatch, measured, caplog):
+    """Its engine (the first candidate; the second is never built) is kept on its first forward alone, the
+    decision stored; the run-time check, unseeded, compares it with MXNet on the executor's forwards."""
+    from mx_trt.builder import backends, engines
+    from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+    from mx_trt.pipeline.bind import measured_engines
+
+    class Other(OnnxRuntimeBackend):
+        name = "other_cpu"
+
+        def build(self, exported, options):
+            raise AssertionError("the second candidate is not built")
+
+    monkeypatch.setitem(backends.BACKENDS, "other_cpu", Other)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "other_cpu"])
+    monkeypatch.setattr(measure, "LONG_RUN_S", 0.0)  # every forward is long
+    with caplog.at_level(logging.INFO, logger="mx_trt.pipeline"):
+        info = _run(monkeypatch, _no_timing)
+    (decision,) = info.decisions.values()
+    assert decision.how == "checked" and decision.engine == ("onnxruntime", "fp32") and not decision.stored
+    assert decision.native_ms is None and list(decision.engine_ms) == ["onnxruntime fp32"]
+    assert decision.engine_ms["onnxruntime fp32"] > 0.0 and decision.seconds > 0.0
+    assert "MXNet not timed at the bind" in caplog.text
+    assert len(info.engines) == 1 and measured_engines(info) is None  # no timing stands for a first probe
+    engines.clear_pool()
+    again = _run(monkeypatch, _no_timing)
+    (stored,) = again.decisions.values()
+    assert stored.stored and stored.how == "checked" and stored.engine == ("onnxruntime", "fp32")
+    assert again.loads == 1 and again.builds == 0
+
+
+@pytest.mark.parametrize("env", [{"MXNET_TENSORRT_RUNTIME_CHECK": "0"},  # no check to compare it later
+                                 {"MXNET_TENSORRT_EXCLUDE_OPS": "FullyConnected"},  # not the whole model
+                                 {"MXNET_TENSORRT_PRECISION": "fp16"}])  # fp16 must beat fp32: timed
+def test_long_forwards_are_timed_where_the_check_cannot_settle_it(monkeypatch, measured, env):
+    monkeypatch.setattr(measure, "LONG_RUN_S", 0.0)
+    engine_ms = [2.0, 1.0] if "MXNET_TENSORRT_PRECISION" in env else [1.0]  # fp32 kept: fp32 tolerance
+    timer = StubTimer(3.0, engine_ms)
+    info = _run(monkeypatch, timer, **env)
+    (decision,) = info.decisions.values()
+    assert timer.calls == 1 and decision.how == "measured" and decision.native_ms == 3.0
+
+
+def test_short_forwards_of_a_whole_model_are_timed_against_mxnet(monkeypatch, measured, tmp_path):
+    """The first forward that found them short cost no second build of the engine it ran."""
+    from mx_trt.builder import engines
+
+    timer = StubTimer(3.0, [1.0])
+    info = _run(monkeypatch, timer)
+    (decision,) = info.decisions.values()
+    assert timer.calls == 1 and decision.how == "measured"
+    engines.clear_pool()
+    unchecked = _run(monkeypatch, StubTimer(3.0, [1.0]), MXNET_TENSORRT_RUNTIME_CHECK="0",
+                     MXNET_TENSORRT_CACHE_DIR=str(tmp_path / "fresh"))
+    assert info.builds == unchecked.builds

@@ -62,3 +62,11 @@ def quick_probes(monkeypatch):
     from mx_trt.runtime import arbiter
 
     monkeypatch.setattr(arbiter, "SETTLE_S", 0.0)
+
+
+@pytest.fixture
+def check_clock(monkeypatch):
+    """The run-time checks bound in the test run on a virtual clock (tests/harness/checkclock.py)."""
+    from tests.harness import checkclock
+
+    return checkclock.install(monkeypatch)

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 #: A probe that finds native MXNet this many times slower than the engines drops the twin until the next probe.
 RELEASE_ABOVE = 1.25
+#: The checks' clock (seconds, monotonic): it times every forward and paces the arbiter's probes. Tests
+#: replace it with one that only the forwards they make advance.
+CLOCK: Callable[[], float] = time.perf_counter
 
 
 def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
@@ -71,11 +74,13 @@ class RuntimeCheck:
         name: Used in log lines.
         expect: What the bind measured of the whole executor, or ``None``
             (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
+        clock: Seconds, monotonic (``None``: :data:`CLOCK`).
     """
 
     def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor",
-                 expect: Optional[BindTimes] = None) -> None:
-        self.arbiter = Arbiter(ENGINES, name=name, expect=expect)
+                 expect: Optional[BindTimes] = None, clock: Optional[Callable[[], float]] = None) -> None:
+        self._clock = clock if clock is not None else CLOCK
+        self.arbiter = Arbiter(ENGINES, clock=self._clock, name=name, expect=expect)
         self._make_twin = make_twin
         self._name = name
         self.twin: Any = None
@@ -85,7 +90,7 @@ class RuntimeCheck:
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
         if self.off is None and self.arbiter.next_side() == NATIVE:
-            t0 = time.perf_counter()  # binding the twin is part of what this probe costs
+            t0 = self._clock()  # binding the twin is part of what this probe costs
             twin = self._twin_for(exe)
             if twin is not None:
                 try:
@@ -96,12 +101,12 @@ class RuntimeCheck:
                 except Exception as exc:  # noqa: BLE001 - any failure of the twin turns the check off, never the forward
                     self._turn_off(f"native MXNet failed: {type(exc).__name__}: {exc}")
                 else:
-                    self._record(NATIVE, time.perf_counter() - t0)
+                    self._record(NATIVE, self._clock() - t0)
                     return outs
             self.arbiter.abandon_probe()
-        t0 = time.perf_counter()
+        t0 = self._clock()
         outs = engines_forward()
-        self._record(ENGINES, time.perf_counter() - t0)
+        self._record(ENGINES, self._clock() - t0)
         return outs
 
     def _record(self, side: str, seconds: float) -> None:
@@ -131,7 +136,7 @@ class RuntimeCheck:
                     logger.debug("%s: reshaping the native twin failed (%s): binding one", self._name, exc)
             return make(exe)
 
-        child = RuntimeCheck(make_twin, self._name)
+        child = RuntimeCheck(make_twin, self._name, clock=self._clock)
         child.off = self.off
         return child
 
@@ -148,7 +153,7 @@ class RuntimeCheck:
     def _twin_for(self, exe: Any) -> Any:
         if self.twin is not None or self.off is not None:
             return self.twin
-        t0 = time.perf_counter()
+        t0 = self._clock()
         try:
             twin = self._make_twin(exe)
         except Exception as exc:  # noqa: BLE001 - MXNet cannot bind the symbol alone: no comparison, engines serve
@@ -164,7 +169,7 @@ class RuntimeCheck:
         self._copied = [n for n, arr in exe.arg_dict.items() if n in names and data_ptr(arr) != data_ptr(twin.arg_dict[n])]
         self.twin = twin
         logger.debug("%s: native twin bound in %.1f ms (%d input(s) copied per forward: %s)", self._name,
-                     (time.perf_counter() - t0) * 1e3, len(self._copied), self._copied)
+                     (self._clock() - t0) * 1e3, len(self._copied), self._copied)
         return twin
 
     def _native_forward(self, exe: Any, twin: Any, kwargs: Mapping[str, Any]) -> List[Any]:

@@ -1,12 +1,11 @@
 """The run-time check through Gluon and Module: native MXNet serves when the engines are slower.
 
-The engines are slowed (a sleep in their run). Every output is compared with the
+The checks run on a virtual clock (``check_clock``, tests/harness/checkclock.py), on which the
+engines' forwards take 10 ms and MXNet's 1 ms. Every output is compared with the
 same model run natively, fp32 ``rtol=1e-4, atol=1e-5``; the engines' ``run_count``
 stops growing once native MXNet serves.
 """
 from __future__ import annotations
-
-import time
 
 import mxnet as mx
 import numpy as np
@@ -18,35 +17,29 @@ from mx_trt.frontends import hook
 from mx_trt.frontends import module as module_frontend
 from mx_trt.runtime import arbiter as arb
 from mx_trt.runtime.arbiter import NATIVE
+from tests.harness.checkclock import slow_engines
 
 RTOL, ATOL = 1e-4, 1e-5
 SHAPE = (2, 3, 8, 8)
 
 
 @pytest.fixture(autouse=True)
-def _check_on(monkeypatch, quick_probes):
+def _check_on(monkeypatch, quick_probes, check_clock):
     module_frontend.install()
     monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
     monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
 
 
-def _slow(engines, monkeypatch):
-    for fused in engines:
-        run = fused.engine.run
-
-        def slow(ins, outs, run=run):
-            time.sleep(0.01)
-            run(ins, outs)
-
-        monkeypatch.setattr(fused.engine, "run", slow)
+@pytest.fixture
+def _slow(monkeypatch, check_clock):
+    return lambda engines: slow_engines(engines, monkeypatch, check_clock)
 
 
 def _assert_engines_gave_way(counts):
-    """The slowed engines ran the first forwards and the probe that checked the switch to MXNet, no more
-    (one more at most: the first forward after an idle gap of the caller's is held back)."""
+    """The slowed engines ran the first forwards and the probe that checked the switch to MXNet, no more."""
     first = arb.WARMUP + arb.FIRST_AFTER
     assert counts[first - 1] == first
-    assert first + arb.PROBE_CALLS <= counts[-1] <= first + arb.PROBE_CALLS + 2
+    assert counts[-1] == first + arb.PROBE_CALLS
     assert counts[-6:] == [counts[-1]] * 6
 
 
@@ -58,7 +51,7 @@ def _net():
     return net
 
 
-def test_gluon(monkeypatch):
+def test_gluon(_slow):
     net = _net()
     xs = [mx.nd.random.uniform(shape=SHAPE) for _ in range(30)]
     with hook.disabled():
@@ -67,7 +60,7 @@ def test_gluon(monkeypatch):
     net(xs[0]).wait_to_read()
     infos = mg.bind_infos(net)
     assert len(infos) == 1 and infos[0].engines
-    _slow(infos[0].engines, monkeypatch)
+    _slow(infos[0].engines)
     counts = []
     for x, w in zip(xs, want):
         np.testing.assert_allclose(net(x).asnumpy(), w, rtol=RTOL, atol=ATOL)
@@ -77,7 +70,7 @@ def test_gluon(monkeypatch):
     assert mx_trt.runtime_stats(entry.exe)["serving"] == NATIVE
 
 
-def test_module(monkeypatch):
+def test_module(_slow):
     net = _net()
     net(mx.nd.zeros(SHAPE))
     sym = net(mx.sym.var("data"))
@@ -100,7 +93,7 @@ def test_module(monkeypatch):
                                    atol=ATOL)
         (exe,) = mod._exec_group.execs
         if i == 0:
-            _slow(exe._mx_trt.engines, monkeypatch)
+            _slow(exe._mx_trt.engines)
         counts.append(sum(e.run_count for e in exe._mx_trt.engines))
     _assert_engines_gave_way(counts)
     assert mx_trt.runtime_stats(exe)["serving"] == NATIVE

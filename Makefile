@@ -2,7 +2,8 @@
 # on the command line, e.g. `make test USE_TENSORRT_RTX=1`.
 #
 #   make venv       .venv with the pinned stack and mx_trt installed (non-editable)
-#   make test       the test suite (PYTEST_ARGS="-m gpu" and the like are passed on)
+#   make test       the test suite in TEST_WORKERS processes (pytest-xdist, a test file per worker at a time;
+#                   TEST_WORKERS=0: one process; PYTEST_ARGS="-m gpu" and the like are passed on)
 #   make typecheck  mypy on mx_trt/ (passes/ included, as mx_trt.passes)
 #   make demo       python -m mx_trt.tools.demo
 #   make bench      benchmarks/run.py
@@ -12,6 +13,8 @@ include config.mk
 
 VENV        ?= .venv
 PYTEST_ARGS ?=
+# Two: the suite took 18 min in two processes against 38 in one on the 2-core machines.
+TEST_WORKERS ?= 2
 VENV_PY     := $(VENV)/bin/python
 PIP         := $(VENV_PY) -m pip --disable-pip-version-check
 PIP_INSTALL := $(PIP) install --progress-bar off
@@ -156,7 +159,7 @@ $(PKG_STAMP): $(DEPS_STAMP) $(PKG_SOURCES)
 	touch $@
 
 test: venv
-	$(VENV_PY) -m pytest -q $(PYTEST_ARGS)
+	$(VENV_PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 typecheck: venv
 	$(VENV_PY) -m mypy mx_trt

@@ -22,13 +22,12 @@ from mx_trt.builder.progress import BuildProgress
 from mx_trt.errors import ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.spec import op_spec
-from mx_trt.passes.cost import KEEP_BELOW
 from mx_trt.passes.fuse import boundary
 from mx_trt.passes.ir import BatchRange, Entry, Graph
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
 from mx_trt.pipeline.int8 import Int8Setup
-from mx_trt.pipeline.measure import CHECKED_KEEP_BELOW, Decision, Measurer
+from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
@@ -182,7 +181,6 @@ class _MeasuredRule:
         inside, total = plan.op_counts()
         whole = len(plan.partition.subgraphs) == 1 and inside == total
         self.checked = whole and request.checked
-        self.keep_below = CHECKED_KEEP_BELOW if self.checked else KEEP_BELOW
         # The executor of a whole model in one engine runs it on the caller's thread (runtime.direct): time it so.
         self.direct = whole and device == "cpu"
 
@@ -200,8 +198,7 @@ class _MeasuredRule:
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
                                             self.exporter32)
-        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.keep_below, self.direct,
-                                                 self.checked)
+        decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.direct, self.checked)
         if chosen is None:
             return decision, None
         engine, source, (backend, precision) = chosen

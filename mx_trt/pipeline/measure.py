@@ -428,20 +428,20 @@ class Measurer:
                                                                         else "engine kept"))
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry],
-               jobs: Mapping[Candidate, SubgraphJob], keep_below: float = KEEP_BELOW, direct: bool = False,
+               jobs: Mapping[Candidate, SubgraphJob], direct: bool = False,
                checked: bool = False) -> Tuple[Decision, Optional[Tuple[Engine, str, Candidate]]]:
         """The decision for ``sg`` and, unless MXNet keeps it, its engine, the engine's source and its candidate.
 
         Args:
             jobs: One job per candidate ``(backend, precision)``, in order of preference.
-            keep_below: The engine's time over MXNet's below which it is kept
-                (:func:`~mx_trt.passes.cost.choose_measured`; :data:`CHECKED_KEEP_BELOW` when
-                the run-time check will compare it with MXNet). Part of the stored decision's key.
             direct: The subgraph is the whole model, whose executor runs its engine on the
                 caller's thread (:class:`~mx_trt.runtime.direct.DirectForward`): the engines are
                 timed that way too. Part of the key.
             checked: The subgraph is the whole model and the executor's run-time check will compare
-                its engine with MXNet on the executor's own forwards. When every candidate is of one
+                its engine with MXNet on the executor's own forwards. An engine is then kept up to
+                :data:`CHECKED_KEEP_BELOW` of MXNet's time, else below
+                :data:`~mx_trt.passes.cost.KEEP_BELOW` (:func:`~mx_trt.passes.cost.choose_measured`;
+                part of the stored decision's key). When every candidate is of one
                 precision and the first one's first forward takes :data:`LONG_RUN_S` or more, that
                 engine is kept without timing MXNet (``how`` ``"checked"``): timing a model of
                 seconds a forward at the bind would cost several of its forwards on each side,
@@ -451,6 +451,7 @@ class Measurer:
         Raises:
             MxTrtError: every candidate engine failed to build (the subgraph then stays native).
         """
+        keep_below = CHECKED_KEEP_BELOW if checked else KEEP_BELOW
         key = self._decision_key(jobs, keep_below, direct)
         stored = self._stored(key, sg.name)
         if stored is not None:

@@ -27,6 +27,7 @@ decide whether to fall back to MXNet's own bind.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -46,9 +47,10 @@ from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
 from mx_trt.runtime.arbiter import BindTimes
+from mx_trt.runtime.direct import DirectForward
 from mx_trt.runtime.forward import guard_forward
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine
-from mx_trt.runtime.twin import RuntimeCheck
+from mx_trt.runtime.twin import Alternate, AlternateRun, RuntimeCheck
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -390,7 +392,25 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
         return None
     outputs = request.symbol.list_outputs()
     name = "executor of " + ", ".join(outputs[:2]) + (", ..." if len(outputs) > 2 else "")
-    return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_engines(info))
+    alternates: List[Alternate] = []
+    if len(info.engines) == 1:
+        fused = info.engines[0]
+        alternates = [(label, functools.partial(alternate_run, fused, label, make)) for label, make in fused.alternates]
+    return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_engines(info), alternates=alternates)
+
+
+def alternate_run(fused: FusedEngine, label: str, make: Callable[[], Any], exe: Any) -> AlternateRun:
+    """``exe``'s inference forward by the ``label`` engine of ``fused``'s subgraph (``make()`` gives it), run on
+    the caller's thread as ``exe``'s own engine is (:class:`~mx_trt.runtime.direct.DirectForward`).
+
+    Raises:
+        MxTrtError: ``exe`` does not run its engine directly, or the engine does not build.
+        ShapeError: the engine takes other shapes or gives other outputs than ``fused``'s.
+    """
+    direct = DirectForward.plan(exe, [fused])
+    if direct is None:
+        raise MxTrtError(f"{fused.name}: the executor does not run its engine on the caller's thread")
+    return direct.with_engine(make(), f"{fused.name}[{label}]").forward
 
 
 def measured_engines(info: BindInfo) -> Optional[BindTimes]:

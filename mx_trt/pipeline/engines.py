@@ -12,9 +12,10 @@ one warning; under strict, a :class:`~mx_trt.errors.ConversionError` is raised.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from mx_trt.builder.backends import candidate_backends
 from mx_trt.builder.engines import EngineProvider, SubgraphJob
@@ -143,6 +144,8 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
                                    ranges if engine.batch_ranges else [], digests_all, sg_int8)
         if not ranges:
             fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
+        if rule is not None:
+            fused.alternates = rule.alternates.pop(sg.name, [])
         built.append((sg, fused))
     progress.done()
     weights.arrays.release()  # engines hold what they need; a later rebuild makes new views
@@ -183,6 +186,8 @@ class _MeasuredRule:
         self.checked = whole and request.checked
         # The executor of a whole model in one engine runs it on the caller's thread (runtime.direct): time it so.
         self.direct = whole and device == "cpu"
+        #: Subgraph name -> the other candidates of a ``checked`` decision, for the run-time check to compare.
+        self.alternates: Dict[str, List[Tuple[str, Callable[[], Any]]]] = {}
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
@@ -201,6 +206,10 @@ class _MeasuredRule:
         decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.direct, self.checked)
         if chosen is None:
             return decision, None
+        if decision.how == "checked" and self.direct:
+            # Kept untimed: the run-time check compares the other candidates too, each built at its first probe.
+            self.alternates[sg.name] = [(f"{b} {p}", functools.partial(_engine_of, self.providers[b], job))
+                                        for (b, p), job in jobs.items() if (b, p) != decision.engine]
         engine, source, (backend, precision) = chosen
         fp32 = precision == "fp32" and settings.precision != "fp32"
         return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
@@ -222,6 +231,11 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
                        weight_views=exporter.weight_views)
+
+
+def _engine_of(provider: EngineProvider, job: SubgraphJob) -> Any:
+    """``job``'s engine from ``provider`` (this process's pool, the plan cache, or built in memory, not stored)."""
+    return provider.get(job, store=False)[0]
 
 
 def _holds(backend: Any, graph: Graph, nodes: Sequence[int], weights: Any) -> bool:

@@ -88,7 +88,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -224,11 +224,21 @@ class _Window:
 
 
 class Arbiter:
-    """The side (:data:`ENGINES` or :data:`NATIVE`) that serves each forward; per forward, O(1) but for one
-    median of the window (:data:`MAX_WINDOW` forwards at most) when it changed.
+    """The side that serves each forward: :data:`ENGINES`, :data:`NATIVE`, or another engine of the same
+    model (an *alternate*, named by the caller). Per forward, O(sides) but for one median of the window
+    (:data:`MAX_WINDOW` forwards at most) when it changed.
 
     Call :meth:`next_side` before a forward and :meth:`record` with its duration
     after it. Not thread-safe: one executor's forwards are serial, as MXNet's are.
+
+    With more than two sides, each probe compares one other side with the current
+    one. The first goes to the first other side in ``sides``' order; after that, a
+    side that has overtaken the current one is probed at once, a switch is checked
+    against the side it left, and otherwise each other side waits for its own
+    budget, a share ``BUDGET / (sides - 1)`` of the forward time since its last
+    probe, so that all probes together still cost about :data:`BUDGET`. A side
+    never probed costs nothing to probe: it comes after :data:`MIN_CALLS` forwards
+    and :data:`MIN_GAP_S`. With the two sides, this is the arbiter described above.
 
     Args:
         first: The side that serves first (the bind's decision: the engines).
@@ -237,101 +247,148 @@ class Arbiter:
         expect: What the bind measured of the whole executor, or ``None``. With the engines serving first,
             and native MXNet at least :data:`SEED_ABOVE` times slower or its first forward measured, it
             stands for a first probe; MXNet's first forward is what starting it is taken to cost.
+        alternates: Names of further sides, probed after native MXNet (in this order).
     """
 
     def __init__(self, first: str = ENGINES, clock: Callable[[], float] = time.monotonic,
-                 name: str = "executor", expect: Optional[BindTimes] = None) -> None:
-        if first not in (ENGINES, NATIVE):
+                 name: str = "executor", expect: Optional[BindTimes] = None,
+                 alternates: Sequence[str] = ()) -> None:
+        self.sides: List[str] = [ENGINES, NATIVE]
+        for alt in alternates:
+            if alt in self.sides:
+                raise ValueError(f"side {alt!r} given twice")
+            self.sides.append(alt)
+        if first not in self.sides:
             raise ValueError(f"unknown side {first!r}")
         self.current = first
         self.name = name
         self._clock = clock
         self._window = _Window()
-        self._gap = 0.0  # how much slower the other side was at the last probe (s)
-        self._ref: Optional[float] = None  # the current side's median at the last probe (s)
-        self._recheck = False  # the last probe switched sides: the next one checks that soon
-        self._probing = False
+        # Per side other than the current one:
+        self._gap: Dict[str, float] = {s: 0.0 for s in self.sides}  # how much slower it was at its last probe (s)
+        self._ref: Dict[str, Optional[float]] = {s: None for s in self.sides}  # the current side's median then (s)
+        self._busy: Dict[str, float] = {s: 0.0 for s in self.sides}  # the current side's forward time since then
+        self._probe_calls: Dict[str, int] = {s: PROBE_CALLS for s in self.sides}  # forwards its last probe took
+        # What its last settled probe cost beyond its forwards at its median (s).
+        self._overhead: Dict[str, float] = {s: 0.0 for s in self.sides}
+        self._back: Optional[str] = None  # the last probe switched from this side: the next one checks it soon
+        self._target: Optional[str] = None  # the side of the probe under way
         self._probe: List[float] = []  # the probe's compared forwards
         self._probe_run = _Run(resumed=False)
-        self._probe_calls = PROBE_CALLS  # forwards the last settled probe took
         self._probe_n = 0  # forwards the probe under way has taken
         self._probe_time = 0.0  # their time, the first forward's included (s)
-        # Per side: what its last settled probe cost beyond its forwards at its median (s).
-        self._overhead: Dict[str, float] = {ENGINES: 0.0, NATIVE: 0.0}
         self._run = _Run()  # the current side's
         self._end = clock()  # when the last forward ended
         self._since = 0
         self._clean = 0  # the current side's forwards compared since the last probe
-        self._busy = 0.0
         self._warmup = WARMUP
         self._last = clock()
         self.probes = 0
         self.switches = 0
-        self.served: Dict[str, int] = {ENGINES: 0, NATIVE: 0}
-        self.medians: Dict[str, Optional[float]] = {ENGINES: None, NATIVE: None}
+        #: The side of the last settled probe (``None``: none yet).
+        self.last_probed: Optional[str] = None
+        self.served: Dict[str, int] = {s: 0 for s in self.sides}
+        self.medians: Dict[str, Optional[float]] = {s: None for s in self.sides}
         self.seeded = False  # the bind's timings stand for a first probe
         self._rebase = False  # the seed's engines time is a part of the forward: take the window's median
         if expect is not None and first == ENGINES and expect.engines > 0.0:
             start = None if expect.native_first is None else max(0.0, expect.native_first - expect.native)
             if start is not None or expect.native >= SEED_ABOVE * expect.engines:
-                self._ref, self._gap, self.seeded = expect.engines, expect.native - expect.engines, True
+                self._ref[NATIVE], self._gap[NATIVE], self.seeded = expect.engines, expect.native - expect.engines, True
                 self._overhead[NATIVE] = start or 0.0
                 self._rebase = expect.partial
 
     @property
     def other(self) -> str:
-        return NATIVE if self.current == ENGINES else ENGINES
+        """The side of the probe under way, else the first side other than the current one."""
+        if self._target is not None:
+            return self._target
+        return next(s for s in self.sides if s != self.current)
+
+    @property
+    def probing(self) -> Optional[str]:
+        """The side of the probe under way, or ``None``."""
+        return self._target
+
+    @property
+    def _others(self) -> List[str]:
+        return [s for s in self.sides if s != self.current]
 
     def next_side(self) -> str:
         """The side that serves the next forward (a probe starts here when one is due)."""
-        if not self._probing and self._due():
-            self._probing, self._probe, self._probe_run = True, [], _Run(resumed=False)
-            self._probe_n, self._probe_time = 0, 0.0
-        return self.other if self._probing else self.current
+        if self._target is None:
+            target = self._due()
+            if target is not None:
+                self._target, self._probe, self._probe_run = target, [], _Run(resumed=False)
+                self._probe_n, self._probe_time = 0, 0.0
+        return self._target if self._target is not None else self.current
 
-    def _due(self) -> bool:
+    def _due(self) -> Optional[str]:
+        """The side a probe is due for now, or ``None``."""
+        others = self._others
+        if not others:
+            return None
         if self.probes == 0:
             if self._clean < FIRST_AFTER:
-                return False
+                return None
             if not self.seeded:
-                return True
-        if not self._recheck and self.overtaken():
-            return True
+                return others[0]
+        recheck = self._back if self._back in others else None
+        if recheck is None:
+            ahead = self._overtaking()
+            if ahead is not None:
+                return ahead
         if self._since < MIN_CALLS:
-            return False
-        if self._recheck:
-            return True
-        if self._busy < self.probe_cost() / BUDGET:
-            return False
-        return self._clock() - self._last >= MIN_GAP_S
+            return None
+        if recheck is not None:
+            return recheck
+        if self._clock() - self._last < MIN_GAP_S:
+            return None
+        share = BUDGET / len(others)
+        return next((s for s in others if self._busy[s] >= self.probe_cost(s) / share), None)
+
+    def _overtaking(self) -> Optional[str]:
+        """The first other side that the current one has fallen behind (:meth:`overtaken`), or ``None``."""
+        if self._rebase or self._clean <= len(self._window) // 2:
+            return None
+        median, latest = self._window.median(), self._window.times[-1]
+        for s in self._others:
+            ref = self._ref[s]
+            if ref is None:
+                continue
+            other = ref + max(0.0, self._gap[s])
+            # The latest forward too: a slow spell that is already over calls for no probe.
+            if other <= KEEP_BELOW * median and other <= KEEP_BELOW * latest:
+                return s
+        return None
 
     def overtaken(self) -> bool:
         """The serving side's median, over forwards most of which came after the last probe, and its latest
-        compared forward are slower than the other side was then by the switching margin: a probe is due now,
-        however recent the last one.
+        compared forward are slower than another side was at its last probe by the switching margin: a probe
+        of that side is due now, however recent the last one.
 
         Without this, load arriving just after a probe would wait :data:`MIN_CALLS`
         forwards for the next, which on a model of seconds a forward is most of a
         minute served by the slower side.
         """
-        if self._ref is None or self._rebase or self._clean <= len(self._window) // 2:
-            return False
-        other = self._ref + max(0.0, self._gap)
-        # The latest forward too: a slow spell that is already over calls for no probe.
-        return other <= KEEP_BELOW * self._window.median() and other <= KEEP_BELOW * self._window.times[-1]
+        return self._overtaking() is not None
 
-    def probe_cost(self) -> float:
-        """What the next probe is expected to cost over the current side serving its forwards (s): its forwards
-        at :meth:`expected_gap` each, and what waking the other side cost at its last probe."""
-        return self._overhead[self.other] + self._probe_calls * self.expected_gap()
+    def probe_cost(self, side: Optional[str] = None) -> float:
+        """What the next probe of ``side`` (``None``: :attr:`other`) is expected to cost over the current side
+        serving its forwards (s): its forwards at :meth:`expected_gap` each, and what waking it cost at its
+        last probe."""
+        side = self.other if side is None else side
+        return self._overhead[side] + self._probe_calls[side] * self.expected_gap(side)
 
-    def expected_gap(self) -> float:
-        """How much slower the other side is expected to be now (s, at least 0): the last probe's gap,
-        less how much the current side has slowed down since (the other side assumed unchanged)."""
-        if self._gap <= 0.0 or self._ref is None or not self._window:
-            return max(0.0, self._gap)
-        slowed = self._window.median() - self._ref
-        return max(0.0, self._gap - max(0.0, slowed))
+    def expected_gap(self, side: Optional[str] = None) -> float:
+        """How much slower ``side`` (``None``: :attr:`other`) is expected to be now (s, at least 0): its last
+        probe's gap, less how much the current side has slowed down since (``side`` assumed unchanged)."""
+        side = self.other if side is None else side
+        gap, ref = self._gap[side], self._ref[side]
+        if gap <= 0.0 or ref is None or not self._window:
+            return max(0.0, gap)
+        slowed = self._window.median() - ref
+        return max(0.0, gap - max(0.0, slowed))
 
     def record(self, side: str, seconds: float) -> None:
         """Record that ``side`` served a forward in ``seconds``; the probe's last compared forward settles it."""
@@ -345,16 +402,17 @@ class Arbiter:
                 self._warmup -= 1
                 return
             self._since += 1
-            self._busy += seconds
+            for s in self._busy:
+                self._busy[s] += seconds
             for t in compared:
                 self._window.append(t)
             self._clean += len(compared)
             if self._rebase and self._clean >= FIRST_AFTER:
                 # The bind timed the engines' subgraphs only: the forward is what they take, with the operators
                 # left native, and MXNet's the same gap slower.
-                self._ref, self._rebase = self._window.median(), False
+                self._ref[NATIVE], self._rebase = self._window.median(), False
             return
-        if not self._probing:  # a forward of the other side outside a probe: not ours to compare
+        if self._target is None or side != self._target:  # another side outside a probe: not ours to compare
             return
         self._probe_n += 1
         self._probe_time += seconds
@@ -366,36 +424,73 @@ class Arbiter:
 
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
-        self._probing, self._probe = False, []
-        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
+        if self._target is not None:
+            self._busy[self._target] = 0.0
+        self._target, self._probe = None, []
+        self._since, self._clean, self._last = 0, 0, self._clock()
+
+    def drop(self, side: str) -> None:
+        """Take ``side`` out of the comparison (it failed); a probe of it under way is forgotten, and when it
+        was serving, the first remaining side (the engines before native MXNet) takes over."""
+        if side not in self.sides or len(self.sides) == 1:
+            return
+        if self._target == side:
+            self.abandon_probe()
+        self.sides.remove(side)
+        if self._back == side:
+            self._back = None
+        if self.current == side:
+            self.current = self.sides[0]
+            self._window, self._run = _Window(), _Run(resumed=False)
+            self._warmup, self._clean, self._since = WARMUP, 0, 0
+            for s in self.sides:
+                self._gap[s], self._ref[s], self._busy[s] = 0.0, None, 0.0
 
     def _settle(self) -> None:
+        target = self._target
+        assert target is not None
         probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
-        self._probe_calls = max(PROBE_CALLS, self._probe_n)
+        self.last_probed = target
+        self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
-        # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1).
-        self._overhead[self.other] = max(0.0, self._probe_time - self._probe_n * probe)
-        self.medians[self.other], self.medians[self.current] = probe, current
+        # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),
+        # an alternate engine built.
+        self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe)
+        self.medians[target], self.medians[self.current] = probe, current
         if probe <= KEEP_BELOW * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "
-                        "forwards)", self.name,
-                        "the engines now serve" if self.other == ENGINES else "native MXNet now serves",
-                        probe * 1e3, current * 1e3, "the engines" if self.current == ENGINES else "native MXNet")
-            self.current = self.other
+                        "forwards)", self.name, "the engines now serve" if target == ENGINES else
+                        f"{_say(target)} now serves", probe * 1e3, current * 1e3, _say(self.current))
+            old = self.current
+            for s in self.sides:
+                # Each other side's last estimate, now against the new side's median.
+                ref = self._ref[s]
+                if s not in (old, target) and ref is not None:
+                    self._gap[s], self._ref[s] = ref + max(0.0, self._gap[s]) - probe, probe
+                self._busy[s] = 0.0
+            self.current = target
             self.switches += 1
             self._window = _Window(self._probe)
             # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
-            self._gap, self._ref, self._recheck = 0.0, probe, True
+            self._gap[old], self._ref[old], self._back = 0.0, probe, old
             self._run = self._probe_run  # the new side served the probe: it is running
         else:
-            self._gap, self._ref, self._recheck = max(0.0, probe - current), current, False
+            self._gap[target], self._ref[target] = max(0.0, probe - current), current
+            self._busy[target] = 0.0
+            if self._back == target:
+                self._back = None
             self._run = _Run(resumed=False)  # the current side takes over again: a new run
-        self._probing, self._probe = False, []
-        self._since, self._clean, self._busy, self._last = 0, 0, 0.0, self._clock()
+        self._target, self._probe = None, []
+        self._since, self._clean, self._last = 0, 0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
                 "switches": self.switches, "seeded": self.seeded,
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
+
+
+def _say(side: str) -> str:
+    """A side as log lines name it."""
+    return {ENGINES: "the engines", NATIVE: "native MXNet"}.get(side, f"the {side} engine")

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mx_trt.builder.backends.base import Engine
+from mx_trt.errors import ShapeError
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine, Layout, run_on_host
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,31 @@ class DirectForward:
             logger.debug("%s: no direct forward (%s: %s)", fused.name, type(exc).__name__, exc)
             return None
         return cls(fused, engine, inputs, order, layout)
+
+    def with_engine(self, engine: Engine, name: str) -> "DirectForward":
+        """The same forward of the same executor by ``engine``, another engine of the node's subgraph (a
+        fused engine of its own, ``name``, counts its runs).
+
+        Raises:
+            ShapeError: ``engine`` does not take the executor's input shapes and types, or gives other outputs.
+        """
+        shapes = [s for s, _ in self.layout[0]]
+        try:
+            out_shapes = engine.output_shapes(shapes)
+        except ShapeError as exc:
+            raise ShapeError(f"{name}: the engine does not take the executor's inputs: {exc}") from exc
+        layout: Layout = ([(s, t.dtype) for s, t in zip(shapes, engine.inputs)],
+                          [(tuple(s), t.dtype) for s, t in zip(out_shapes, engine.outputs)])
+
+        def named(side: Sequence[Tuple[Tuple[int, ...], Any]]) -> List[Tuple[Tuple[int, ...], str]]:
+            return [(tuple(s), np.dtype(dt).name) for s, dt in side]
+
+        if len(engine.inputs) != len(self.layout[0]) or named(layout[0]) != named(self.layout[0]) \
+                or named(layout[1]) != named(self.layout[1]):
+            raise ShapeError(f"{name}: the engine takes {named(layout[0])} and gives {named(layout[1])}, where the "
+                             f"executor's engine takes {named(self.layout[0])} and gives {named(self.layout[1])}")
+        fused = FusedEngine(name, engine, self.fused.input_names, self.fused.output_names)
+        return DirectForward(fused, engine, self.inputs, self.heads, layout)
 
     def forward(self, exe: Any, kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe``: its ``outputs``, written (nothing is left queued on them).

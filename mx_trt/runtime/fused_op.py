@@ -64,6 +64,9 @@ class FusedEngine:
         rebuilds: Engines asked of :attr:`rebuild` (built, or found in a pool or plan cache).
         rebuild: ``batch -> (engine, source)`` for another batch; ``None``: the node takes only its engines' shapes.
         rebuild_hint: Appended to the log line of a rebuild (how to avoid it), or empty.
+        alternates: ``(label, make)`` of other engines of the same subgraph (``"openvino fp32"``,
+            ``make()`` returning the engine, built or loaded), which the executor's run-time check may
+            compare with this one (:class:`~mx_trt.runtime.twin.RuntimeCheck`); empty: none.
     """
 
     def __init__(self, name: str, engine: Engine, input_names: Sequence[str], output_names: Sequence[str]) -> None:
@@ -77,6 +80,7 @@ class FusedEngine:
         self.source = ""
         self.rebuild: Optional[Callable[[int], Tuple[Engine, str]]] = None
         self.rebuild_hint = ""
+        self.alternates: List[Tuple[str, Callable[[], Engine]]] = []
         self.lock = threading.Lock()
         #: The typed error of this node's last failed run, until :func:`guard_forward` reports it.
         self.last_error: Optional[MxTrtError] = None

@@ -21,13 +21,24 @@ Anything wrong with the twin (MXNet cannot bind the symbol alone, its outputs
 differ in number, shape or type, a forward fails) turns the check off for that
 executor with one warning; the engines keep serving. Nothing here changes what
 the engines compute.
+
+An executor whose one engine holds the whole model, kept at the bind without
+timing it against anything (a model of seconds a forward: the measured rule's
+``checked`` decisions), may also be handed *alternates*: the same model built by
+the other candidate backends, each made at its first probe (exported and built
+then: that time counts in what its probe cost) and run on the caller's thread
+like the engine. The arbiter then compares all of them and MXNet, one probe at a
+time, and any of them may serve. An alternate that fails to build or run is
+left out of the comparison with one warning (the engines serve that forward);
+one found :data:`RELEASE_ABOVE` times slower than the serving side is dropped
+until its next probe, as the twin is.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +53,12 @@ RELEASE_ABOVE = 1.25
 #: The checks' clock (seconds, monotonic): it times every forward and paces the arbiter's probes. Tests
 #: replace it with one that only the forwards they make advance.
 CLOCK: Callable[[], float] = time.perf_counter
+
+#: The inference forward of an executor by an alternate engine: ``run(executor, kwargs)`` writes the
+#: executor's ``outputs`` and returns them (raises ``TypeError``/``ValueError`` for the caller's inputs).
+AlternateRun = Callable[[Any, Mapping[str, Any]], List[Any]]
+#: ``(name, make)``: an alternate engine, ``make(executor)`` building its run (raises on failure).
+Alternate = Tuple[str, Callable[[Any], AlternateRun]]
 
 
 def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
@@ -75,56 +92,89 @@ class RuntimeCheck:
         expect: What the bind measured of the whole executor, or ``None``
             (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
         clock: Seconds, monotonic (``None``: :data:`CLOCK`).
+        alternates: Other engines of the whole model, compared too (see the module's docstring).
     """
 
     def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor",
-                 expect: Optional[BindTimes] = None, clock: Optional[Callable[[], float]] = None) -> None:
+                 expect: Optional[BindTimes] = None, clock: Optional[Callable[[], float]] = None,
+                 alternates: Sequence[Alternate] = ()) -> None:
         self._clock = clock if clock is not None else CLOCK
-        self.arbiter = Arbiter(ENGINES, clock=self._clock, name=name, expect=expect)
+        self.arbiter = Arbiter(ENGINES, clock=self._clock, name=name, expect=expect,
+                               alternates=[n for n, _ in alternates])
         self._make_twin = make_twin
         self._name = name
         self.twin: Any = None
         self._copied: List[str] = []
+        self._make_alt: Dict[str, Callable[[Any], AlternateRun]] = dict(alternates)
+        self._alt_runs: Dict[str, AlternateRun] = {}
+        #: Side -> why it was left out of the comparison.
+        self.dropped: Dict[str, str] = {}
         self.off: Optional[str] = None
 
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
-        if self.off is None and self.arbiter.next_side() == NATIVE:
-            t0 = self._clock()  # binding the twin is part of what this probe costs
-            twin = self._twin_for(exe)
-            if twin is not None:
-                try:
-                    outs = self._native_forward(exe, twin, kwargs)
-                except (TypeError, ValueError):  # the caller's inputs: MXNet's own errors, as its forward raises them
+        side = self.arbiter.next_side() if self.off is None else ENGINES
+        if side != ENGINES:
+            t0 = self._clock()  # binding the twin, building an alternate: part of what this probe costs
+            try:
+                outs = self._native_forward(exe, kwargs) if side == NATIVE else self._alternate_forward(side, exe, kwargs)
+            except (TypeError, ValueError):  # the caller's inputs: MXNet's own errors, as its forward raises them
+                if self.arbiter.probing == side:
                     self.arbiter.abandon_probe()
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any failure of the twin turns the check off, never the forward
-                    self._turn_off(f"native MXNet failed: {type(exc).__name__}: {exc}")
-                else:
-                    self._record(NATIVE, self._clock() - t0)
-                    return outs
-            self.arbiter.abandon_probe()
+                raise
+            if outs is not None:
+                self._record(side, self._clock() - t0)
+                return outs
         t0 = self._clock()
         outs = engines_forward()
         self._record(ENGINES, self._clock() - t0)
         return outs
 
     def _record(self, side: str, seconds: float) -> None:
-        probes = self.arbiter.probes
-        self.arbiter.record(side, seconds)
-        if self.arbiter.probes == probes or self.arbiter.current != ENGINES or self.twin is None:
+        arb = self.arbiter
+        probes = arb.probes
+        arb.record(side, seconds)
+        probed = arb.last_probed
+        if arb.probes == probes or probed is None or probed == arb.current:
             return
-        eng, nat = self.arbiter.medians[ENGINES], self.arbiter.medians[NATIVE]
-        if eng is not None and nat is not None and nat >= RELEASE_ABOVE * eng:
+        theirs, mine = arb.medians[probed], arb.medians[arb.current]
+        if theirs is None or mine is None or theirs < RELEASE_ABOVE * mine:
+            return
+        if probed == NATIVE and self.twin is not None:
             self.twin, self._copied = None, []
-            logger.debug("%s: native twin dropped until the next probe (%.2f ms against %.2f ms for the engines)",
-                         self._name, nat * 1e3, eng * 1e3)
+        elif self._alt_runs.pop(probed, None) is None:
+            return
+        logger.debug("%s: %s dropped until its next probe (%.2f ms against %.2f ms)", self._name,
+                     "native twin" if probed == NATIVE else f"{probed} engine", theirs * 1e3, mine * 1e3)
+
+    def _alternate_forward(self, side: str, exe: Any, kwargs: Mapping[str, Any]) -> Optional[List[Any]]:
+        """``exe``'s forward by the alternate ``side`` (made first if it is not), or ``None``: it failed, and
+        it is left out of the comparison (the engines serve this forward)."""
+        run = self._alt_runs.get(side)
+        if run is None:
+            t0 = self._clock()
+            try:
+                run = self._make_alt[side](exe)
+            except Exception as exc:  # noqa: BLE001 - an alternate that will not build leaves the comparison
+                self._drop(side, f"building it failed: {type(exc).__name__}: {exc}")
+                return None
+            self._alt_runs[side] = run
+            logger.info("mx_trt: %s: the %s engine made for the run-time check in %.2f s", self._name, side,
+                        self._clock() - t0)
+        try:
+            return run(exe, kwargs)
+        except (TypeError, ValueError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed run leaves the comparison, never fails the forward
+            self._drop(side, f"its forward failed: {type(exc).__name__}: {exc}")
+            return None
 
     def reshaped(self, args: Any, kwargs: Mapping[str, Any]) -> "RuntimeCheck":
         """The check of an executor reshaped from this one with ``args``/``kwargs`` (``Executor.reshape``'s).
 
         Its twin is this one's twin reshaped alike (MXNet shares their memory), or,
-        when this one has none yet or that fails, a twin bound for it.
+        when this one has none yet or that fails, a twin bound for it. Alternates are
+        not passed on: they were built for this executor's shapes.
         """
         parent, make = self, self._make_twin
 
@@ -141,28 +191,42 @@ class RuntimeCheck:
         return child
 
     def stats(self) -> Dict[str, Any]:
-        """The arbiter's :meth:`~mx_trt.runtime.arbiter.Arbiter.stats`, with ``off`` (why the check stopped, or None)."""
-        return {**self.arbiter.stats(), "off": self.off}
+        """The arbiter's :meth:`~mx_trt.runtime.arbiter.Arbiter.stats`, with ``off`` (why the check stopped, or
+        None) and ``dropped`` (side -> why it was left out of the comparison)."""
+        return {**self.arbiter.stats(), "off": self.off, "dropped": dict(self.dropped)}
 
-    def _turn_off(self, why: str) -> None:
-        self.off = why
-        self.arbiter.current = ENGINES
-        logger.warning("mx_trt: %s: the engines serve every forward from now on (no comparison with native MXNet): %s",
-                       self._name, why)
+    def _drop(self, side: str, why: str) -> None:
+        """Leave ``side`` out of the comparison; with the engines alone left, the check is off."""
+        self.dropped[side] = why
+        if side == NATIVE:
+            self.twin, self._copied = None, []
+        self._alt_runs.pop(side, None)
+        self.arbiter.drop(side)
+        if len(self.arbiter.sides) == 1:
+            self.off = why
+            self.arbiter.current = ENGINES
+            logger.warning("mx_trt: %s: the engines serve every forward from now on (no comparison with native "
+                           "MXNet): %s", self._name, why)
+        else:
+            logger.warning("mx_trt: %s: %s left out of the run-time check (%s serves): %s", self._name,
+                           "native MXNet" if side == NATIVE else f"the {side} engine",
+                           "native MXNet" if self.arbiter.current == NATIVE else (
+                               "the engines" if self.arbiter.current == ENGINES
+                               else f"the {self.arbiter.current} engine"), why)
 
     def _twin_for(self, exe: Any) -> Any:
-        if self.twin is not None or self.off is not None:
+        if self.twin is not None:
             return self.twin
         t0 = self._clock()
         try:
             twin = self._make_twin(exe)
         except Exception as exc:  # noqa: BLE001 - MXNet cannot bind the symbol alone: no comparison, engines serve
-            self._turn_off(f"binding the symbol natively failed: {type(exc).__name__}: {exc}")
+            self._drop(NATIVE, f"binding the symbol natively failed: {type(exc).__name__}: {exc}")
             return None
         mine, theirs = list(exe.outputs), list(twin.outputs)
         if len(mine) != len(theirs) or any(tuple(a.shape) != tuple(b.shape) or np.dtype(a.dtype) != np.dtype(b.dtype)
                                            for a, b in zip(mine, theirs)):
-            self._turn_off(f"the native executor's outputs {[(tuple(b.shape), np.dtype(b.dtype).name) for b in theirs]} "
+            self._drop(NATIVE, f"the native executor's outputs {[(tuple(b.shape), np.dtype(b.dtype).name) for b in theirs]} "
                            f"differ from the accelerated one's {[(tuple(a.shape), np.dtype(a.dtype).name) for a in mine]}")
             return None
         names = set(twin.arg_dict)
@@ -172,7 +236,21 @@ class RuntimeCheck:
                      (self._clock() - t0) * 1e3, len(self._copied), self._copied)
         return twin
 
-    def _native_forward(self, exe: Any, twin: Any, kwargs: Mapping[str, Any]) -> List[Any]:
+    def _native_forward(self, exe: Any, kwargs: Mapping[str, Any]) -> Optional[List[Any]]:
+        """``exe``'s forward by its native twin (bound first if it is not), or ``None``: MXNet failed, and it is
+        left out of the comparison."""
+        twin = self._twin_for(exe)
+        if twin is None:
+            return None
+        try:
+            return self._twin_forward(exe, twin, kwargs)
+        except (TypeError, ValueError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the twin leaves the comparison, never fails the forward
+            self._drop(NATIVE, f"native MXNet failed: {type(exc).__name__}: {exc}")
+            return None
+
+    def _twin_forward(self, exe: Any, twin: Any, kwargs: Mapping[str, Any]) -> List[Any]:
         write_inputs(exe, kwargs)  # as MXNet's Executor.forward checks and writes them
         args = exe.arg_dict
         for name in self._copied:

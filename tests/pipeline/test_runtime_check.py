@@ -133,7 +133,7 @@ def test_fast_engines_keep_serving(model, monkeypatch, quick_probes, check_clock
     # The next probe waits for what this one cost, binding the twin included.
     assert check.arbiter.probe_cost() >= 0.05 + 3 * 0.01
     check.arbiter._last -= 3600  # the next probe is due: the twin is bound again for it
-    check.arbiter._busy += 3600
+    check.arbiter._busy[NATIVE] += 3600
     served = _check_forwards(exe, native, 10, seed=40)
     assert served.count(NATIVE) == 4 and check_clock.twin_forwards == 8
     assert check.twin is None and check.arbiter.probes == 2

@@ -207,3 +207,24 @@ def test_an_executor_without_engines_keeps_mxnets_own_forward():
     np.testing.assert_allclose(outs[0].asnumpy(), want, rtol=RTOL, atol=ATOL)
     new = exe.reshape(data=(1,) + SHAPE[1:])
     assert new._mx_trt == "info" and "forward" not in vars(new)
+
+
+def test_another_engine_of_the_node_runs_the_same_forward_on_its_own_fused_engine():
+    """An alternate engine (the run-time check's): same arrays, its own run count; one of other shapes is refused."""
+    from mx_trt.errors import ShapeError
+
+    engine, other = ThreadEngine(SHAPE), ThreadEngine(SHAPE)
+    fused = register(engine)
+    exe = guarded(fused_symbol(fused), fused)
+    direct = DirectForward.plan(exe, [fused])
+    alt = direct.with_engine(other, "alt")
+    inputs = random_inputs({"data": SHAPE}, seed=3)
+    outs = alt.forward(exe, {"data": mx.nd.array(inputs["data"])})
+    check(outs, inputs)
+    assert len(other.runs) == 1 and engine.runs == [] and alt.fused.run_count == 1 and fused.run_count == 0
+    assert outs[0] is exe.outputs[0]
+    wrong = (SHAPE[0] + 1,) + tuple(SHAPE[1:])
+    with pytest.raises(ShapeError, match="alt2: the engine does not take"):
+        direct.with_engine(ThreadEngine(wrong), "alt2")
+    with pytest.raises(ShapeError):
+        direct.with_engine(ThreadEngine(SHAPE, dtype="float16"), "alt3")

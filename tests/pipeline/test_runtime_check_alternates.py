@@ -1,0 +1,216 @@
+"""A whole model kept untimed at the bind (a ``checked`` decision): the run-time check compares its engine, native
+MXNet, and the other candidate backends' engines of the model, each built at its first probe.
+
+The measured rule's first-forward threshold is set to 0 so that a small model takes that path. The check runs
+on the virtual clock (``check_clock``): the engines' forwards cost what each test sets, MXNet's 1 ms. Outputs
+are compared with native MXNet at fp32 (``rtol=1e-4, atol=1e-5``) on every forward, whichever side served it.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mx_trt
+from mx_trt.builder import backends, engines
+from mx_trt.builder.backends.onnxruntime import OnnxRuntimeBackend
+from mx_trt.errors import EngineRunError
+from mx_trt.pipeline import bind as pipeline_bind, measure
+from mx_trt.runtime.arbiter import ENGINES, NATIVE
+from tests.harness.bindcheck import ATOL, RTOL, conv_relu
+from tests.harness.checkclock import slow_engines
+from tests.harness.mxcheck import random_inputs, random_params
+
+SHAPES = {"data": (2, 3, 32, 32)}  # large enough for the cost estimate to let the measured rule decide
+ALT = "other_cpu fp32"
+
+
+class OtherCpu(OnnxRuntimeBackend):
+    """A second CPU backend (ONNX Runtime under another name), so that the model has two candidates."""
+
+    name = "other_cpu"
+    builds = 0
+
+    def version(self):
+        return "other-" + super().version()  # its engines are its own, in the pool and the plan cache
+
+    def build(self, exported, options):
+        OtherCpu.builds += 1
+        return super().build(exported, options)
+
+
+def _net():
+    x = conv_relu(mx.sym.var("data"), "a", 32)
+    x = conv_relu(x, "b", 32)
+    return mx.sym.FullyConnected(mx.sym.flatten(x), num_hidden=5, name="fc")
+
+
+@pytest.fixture
+def two_candidates(monkeypatch):
+    """The measured rule with ONNX Runtime and ``other_cpu``, every first forward long: ``checked`` decisions."""
+    monkeypatch.setitem(backends.BACKENDS, "other_cpu", OtherCpu)
+    monkeypatch.setitem(backends.PREFERENCE, "cpu", ["onnxruntime", "other_cpu"])
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_RUNTIME_CHECK", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "2")
+    monkeypatch.setattr(measure, "LONG_RUN_S", 0.0)
+    monkeypatch.setattr(OtherCpu, "builds", 0)
+    engines.clear_pool()
+    yield
+    engines.clear_pool()
+
+
+@pytest.fixture
+def model():
+    sym = _net()
+    args, aux = random_params(sym, SHAPES, 0)
+    return sym, args, aux
+
+
+def _bind(sym, args, aux, monkeypatch, on=True):
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1" if on else "0")
+    exe = sym.simple_bind(mx.cpu(), grad_req="null", shared_buffer={**args, **aux}, **SHAPES)
+    if not on:
+        exe.copy_params_from(args, aux)
+    return exe
+
+
+def _timed_alternates(monkeypatch, clock, seconds, fail_after=None):
+    """The alternates' forwards take ``seconds`` on ``clock``; with ``fail_after``, each run after that many raises.
+    Returns the list of the runs made (one per alternate built)."""
+    made = []
+    make = pipeline_bind.alternate_run
+
+    def timed(fused, label, make_engine, exe):
+        run = make(fused, label, make_engine, exe)
+        calls = [0]
+
+        def timed_run(me, kwargs):
+            calls[0] += 1
+            if fail_after is not None and calls[0] > fail_after:
+                raise EngineRunError("the alternate's run failed")
+            clock.now += seconds
+            return run(me, kwargs)
+
+        made.append(calls)
+        return timed_run
+
+    monkeypatch.setattr(pipeline_bind, "alternate_run", timed)
+    return made
+
+
+def _forwards(exe, native, n, seed=1):
+    """``n`` forwards of new inputs, every output compared with MXNet's; the side that served each."""
+    check, served = exe._mx_trt_check, []
+    for i in range(n):
+        inputs = random_inputs(SHAPES, seed + i)
+        native.forward(is_train=False, data=mx.nd.array(inputs["data"]))
+        ref = native.outputs[0].asnumpy()
+        before = dict(check.arbiter.served)
+        out = exe.forward(is_train=False, data=mx.nd.array(inputs["data"]))
+        served.append(next(s for s in before if check.arbiter.served[s] > before[s]))
+        np.testing.assert_allclose(out[0].asnumpy(), ref, rtol=RTOL, atol=ATOL)
+    return served
+
+
+def _runs(served):
+    """``served`` as (side, forwards in a row)."""
+    return [(side, len(list(group))) for side, group in itertools.groupby(served)]
+
+
+def test_a_faster_alternate_engine_serves_once_its_probe_finds_it_faster(model, monkeypatch, two_candidates,
+                                                                         check_clock, quick_probes, caplog):
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    made = _timed_alternates(monkeypatch, check_clock, 0.004)
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    (decision,) = info.decisions.values()
+    assert decision.how == "checked" and decision.engine == ("onnxruntime", "fp32")
+    assert OtherCpu.builds == 0  # not at the bind
+    assert [label for label, _ in info.engines[0].alternates] == [ALT]
+    slow_engines(info.engines, monkeypatch, check_clock, 0.010)
+    check_clock.native_s = 0.012
+    with caplog.at_level(logging.INFO, logger="mx_trt"):
+        served = _forwards(exe, native, 80)
+    stats = mx_trt.runtime_stats(exe)
+    assert stats["serving"] == ALT and stats["dropped"] == {} and stats["off"] is None
+    assert served.index(NATIVE) < served.index(ALT)  # MXNet is probed first, then the alternate
+    took = served.index(ALT) + 4  # the alternate's probe, then it serves but for the probes that check it
+    assert all(n <= 4 for side, n in _runs(served[took:]) if side != ALT) and served[-1] == ALT
+    assert OtherCpu.builds == 1 and len(made) == 1  # built once, at its first probe
+    assert stats["median_ms"][ALT] == pytest.approx(4.0) and stats["median_ms"][ENGINES] == pytest.approx(10.0)
+    assert f"the {ALT} engine made for the run-time check" in caplog.text
+    assert f"the {ALT} engine now serves its forwards" in caplog.text
+
+
+def test_an_alternate_that_will_not_build_leaves_the_comparison(model, monkeypatch, two_candidates, check_clock,
+                                                                quick_probes, caplog):
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+
+    def refuse(exported, options):
+        raise RuntimeError("no such device")
+
+    monkeypatch.setattr(OtherCpu, "build", lambda self, exported, options: refuse(exported, options))
+    slow_engines(info.engines, monkeypatch, check_clock, 0.010)
+    check_clock.native_s = 0.012
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        served = _forwards(exe, native, 80)  # probes at least MIN_GAP_S apart: 50 of the engines' forwards
+    stats = mx_trt.runtime_stats(exe)
+    assert ALT not in served and list(stats["dropped"]) == [ALT] and "building it failed" in stats["dropped"][ALT]
+    assert stats["off"] is None and stats["serving"] == ENGINES and NATIVE in served  # MXNet still compared
+    assert sum(f"the {ALT} engine left out of the run-time check" in r.message for r in caplog.records) == 1
+
+
+def test_an_alternate_whose_run_fails_hands_that_forward_to_the_engines(model, monkeypatch, two_candidates,
+                                                                        check_clock, quick_probes):
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    _timed_alternates(monkeypatch, check_clock, 0.004, fail_after=10)
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    slow_engines(info.engines, monkeypatch, check_clock, 0.010)
+    check_clock.native_s = 0.012
+    served = _forwards(exe, native, 80)  # every output compared, the failed run's forward included
+    stats = mx_trt.runtime_stats(exe)
+    assert served.count(ALT) == 10 and "its forward failed" in stats["dropped"][ALT]
+    assert stats["serving"] in (ENGINES, NATIVE) and ALT not in served[served.index(ALT) + 10:]
+
+
+def test_a_warm_bind_of_a_checked_decision_has_the_alternates_too(model, monkeypatch, two_candidates):
+    sym, args, aux = model
+    _bind(sym, args, aux, monkeypatch)
+    engines.clear_pool()
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    (decision,) = info.decisions.values()
+    assert decision.stored and decision.how == "checked"
+    assert [label for label, _ in info.engines[0].alternates] == [ALT]
+    assert OtherCpu.builds == 0
+
+
+def test_a_timed_decision_has_no_alternates(model, monkeypatch, two_candidates):
+    """The bind timed every candidate against MXNet: the one it kept is the fastest, nothing left to compare."""
+    monkeypatch.setattr(measure, "LONG_RUN_S", 3600.0)
+    sym, args, aux = model
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    (decision,) = info.decisions.values()
+    assert decision.how == "measured"
+    if info.engines:
+        assert info.engines[0].alternates == []
+    assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE]
+
+
+def test_a_reshaped_executor_compares_its_engines_with_mxnet_alone(model, monkeypatch, two_candidates):
+    sym, args, aux = model
+    exe = _bind(sym, args, aux, monkeypatch)
+    assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE, ALT]
+    new = exe.reshape(data=(1, 3, 32, 32))
+    assert new._mx_trt_check.arbiter.sides == [ENGINES, NATIVE]

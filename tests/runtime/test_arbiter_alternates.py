@@ -1,0 +1,139 @@
+"""The arbiter with more than two sides: the engines, native MXNet, and other engines of the same model.
+
+Simulated forwards on a fake clock (tests/runtime/test_arbiter.py's), as for two sides.
+"""
+from __future__ import annotations
+
+import pytest
+
+from mx_trt.runtime import arbiter as arb
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter
+from tests.runtime.test_arbiter import Clock, first_probe, simulate
+
+ALT = "openvino fp32"
+
+
+def _three(clock: Clock) -> Arbiter:
+    return Arbiter(ENGINES, clock=clock, alternates=[ALT])
+
+
+def test_a_faster_alternate_takes_over_after_native_mxnet_is_probed():
+    """Model of seconds a forward: the engines 3.0 s, MXNet 2.5 s, the alternate 2.2 s."""
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 3.0, NATIVE: 2.5, ALT: 2.2}
+    sides = simulate(a, clock, lambda i, s: lat[s], 60)
+    first = first_probe(lat[ENGINES])
+    assert sides[:first] == [ENGINES] * first
+    assert sides[first] == NATIVE  # the first probe goes to MXNet, the first other side
+    assert ALT in sides and sides.index(ALT) > sides.index(NATIVE)
+    assert a.current == ALT
+    # After the alternate took over, every forward but the probes that check it is the alternate's.
+    assert sides[-10:].count(ALT) >= 10 - arb.PROBE_CALLS
+    assert a.stats()["median_ms"][ALT] == pytest.approx(2200.0)
+    assert a.served[ALT] == sides.count(ALT)
+
+
+def test_a_slower_alternate_never_serves_beyond_its_probes():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.020}
+    sides = simulate(a, clock, lambda i, s: lat[s], 5000)
+    assert a.current == ENGINES and a.switches == 0
+    assert a.medians[ALT] == pytest.approx(0.020) and a.medians[NATIVE] == pytest.approx(0.012)
+    # Runs of the alternate are its probes alone.
+    runs, prev = [], None
+    for s in sides:
+        if s != prev:
+            runs.append([s, 0])
+            prev = s
+        runs[-1][1] += 1
+    assert all(n <= arb.PROBE_CALLS + 2 for s, n in runs if s == ALT)
+
+
+@pytest.mark.parametrize("pause", [0.0, 1.0], ids=["back to back", "one a second"])
+def test_probes_of_every_other_side_together_stay_within_the_budget(pause):
+    """Each other side's probes wait for a share of the budget: together they cost about BUDGET of the forwards'
+    time (the first probe of each, which no measurement prices, excepted)."""
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.001, NATIVE: 0.010, ALT: 0.004}
+    sides = simulate(a, clock, lambda i, s: lat[s], 40000, pause=pause)
+    assert a.current == ENGINES and a.switches == 0
+    assert a.medians[NATIVE] is not None and a.medians[ALT] is not None
+    extra = sum(lat[s] - lat[ENGINES] for s in sides)
+    forward_time = sum(lat[s] for s in sides)
+    firsts = sum(arb.PROBE_CALLS * (lat[s] - lat[ENGINES]) for s in (NATIVE, ALT))
+    assert extra - firsts <= arb.BUDGET * forward_time * 1.05
+    # Both keep being probed.
+    assert sides[20000:].count(NATIVE) >= arb.PROBE_CALLS and sides[20000:].count(ALT) >= arb.PROBE_CALLS
+
+
+def test_load_that_slows_the_serving_engine_moves_the_forwards_to_the_side_that_held_up():
+    """The alternate serves; a core taken slows it below the engines, whose last probe said how fast they were."""
+    clock = Clock()
+    a = _three(clock)
+
+    def lat(i, side):
+        loaded = i >= 600
+        return {ENGINES: 0.012 if loaded else 0.010, NATIVE: 0.015, ALT: 0.020 if loaded else 0.006}[side]
+
+    sides = simulate(a, clock, lat, 600)
+    assert a.current == ALT
+    # The engines' last word: slower. Their probe after the load began, through overtaken() or the budget.
+    sides = simulate(a, clock, lat, 3000, start=600)
+    assert a.current == ENGINES
+    moved = sides.index(ENGINES)
+    assert moved < 400
+
+
+def test_a_switch_is_checked_against_the_side_it_left():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.006, ALT: 0.030}
+    sides = simulate(a, clock, lambda i, s: lat[s], 200)
+    assert a.current == NATIVE and a.switches == 1
+    after = sides[sides.index(NATIVE):]
+    # The next probe after the switch is the engines' (the side it left), after MIN_CALLS of MXNet's forwards.
+    nxt = next(s for s in after[arb.PROBE_CALLS:] if s != NATIVE)
+    assert nxt == ENGINES
+
+
+def test_a_dropped_side_is_not_probed_again():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.005}
+    sides = simulate(a, clock, lambda i, s: lat[s], first_probe(0.010) + arb.PROBE_CALLS + arb.MIN_CALLS)
+    assert NATIVE in sides
+    while a.next_side() != ALT:  # the alternate's first probe starts
+        clock.t += 0.010
+        a.record(ENGINES, 0.010)
+    a.drop(ALT)  # it failed to build
+    assert a.probing is None and ALT not in a.sides
+    sides = simulate(a, clock, lambda i, s: lat[s], 2000)
+    assert ALT not in sides and a.current == ENGINES
+
+
+def test_the_serving_side_dropped_hands_the_forwards_to_the_engines():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.005}
+    simulate(a, clock, lambda i, s: lat[s], 400)
+    assert a.current == ALT
+    a.drop(ALT)  # its run failed
+    assert a.current == ENGINES and a.sides == [ENGINES, NATIVE]
+    sides = simulate(a, clock, lambda i, s: lat[s], 100)
+    # A new start: warm-up and the first compared forwards before any probe.
+    assert sides[:arb.WARMUP + arb.FIRST_AFTER] == [ENGINES] * (arb.WARMUP + arb.FIRST_AFTER)
+
+
+def test_two_sides_cannot_be_dropped_to_none():
+    a = Arbiter(ENGINES, clock=Clock())
+    a.drop(NATIVE)
+    a.drop(ENGINES)
+    assert a.sides == [ENGINES] and a.next_side() == ENGINES
+
+
+def test_a_side_named_twice_is_refused():
+    with pytest.raises(ValueError):
+        Arbiter(ENGINES, clock=Clock(), alternates=[NATIVE])

@@ -1,4 +1,4 @@
-"""Which of two equivalent executors serves the next forward, decided from the caller's own forwards.
+"""Which of equivalent executors serves the next forward, decided from the caller's own forwards.
 
 A bind decides engine or native by timing both (:mod:`mx_trt.pipeline.measure`),
 but only in the conditions of that moment: runs back to back, the machine as it
@@ -78,6 +78,11 @@ measures the new gap. When the serving side has become slower than the other
 side was at the last probe, by the switching margin, over a window most of which
 came after that probe, the probe comes at once (:meth:`Arbiter.overtaken`),
 without waiting for :data:`MIN_CALLS` forwards since the last one.
+
+The same holds with more than two sides (other engines of the same model, which
+a bind kept its first candidate over without timing: :class:`Arbiter`'s
+``alternates``): each probe compares one other side with the serving one, and
+each other side's probes are paid from its share of the budget.
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
 ``runtime.forward.guard_forward`` runs it (:class:`RuntimeCheck`).

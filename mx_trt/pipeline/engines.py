@@ -146,6 +146,7 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
             fused.rebuild_hint = "MXNET_TENSORRT_MAX_BATCH_SIZE gives engines that take a range of batches"
         if rule is not None:
             fused.alternates = rule.alternates.pop(sg.name, [])
+            fused.keep_choice = rule.keepers.pop(sg.name, None)
         built.append((sg, fused))
     progress.done()
     weights.arrays.release()  # engines hold what they need; a later rebuild makes new views
@@ -188,6 +189,8 @@ class _MeasuredRule:
         self.direct = whole and device == "cpu"
         #: Subgraph name -> the other candidates of a ``checked`` decision, for the run-time check to compare.
         self.alternates: Dict[str, List[Tuple[str, Callable[[], Any]]]] = {}
+        #: Subgraph name -> how the run-time check stores the engine it keeps (``FusedEngine.keep_choice``).
+        self.keepers: Dict[str, Callable[[Optional[str], Mapping[str, float]], None]] = {}
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
@@ -206,10 +209,13 @@ class _MeasuredRule:
         decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.direct, self.checked)
         if chosen is None:
             return decision, None
-        if decision.how == "checked" and self.direct:
-            # Kept untimed: the run-time check compares the other candidates too, each built at its first probe.
+        if decision.how == "checked" and self.direct and decision.engine is not None:
+            # Kept untimed: the run-time check compares the other candidates too, each built at its first probe,
+            # and the engine it keeps becomes the decision a later bind starts with.
             self.alternates[sg.name] = [(f"{b} {p}", functools.partial(_engine_of, self.providers[b], job))
                                         for (b, p), job in jobs.items() if (b, p) != decision.engine]
+            self.keepers[sg.name] = functools.partial(_keep_choice, self.measurer.keeper(sg.name, jobs, self.direct),
+                                                      {f"{b} {p}": (b, p) for b, p in jobs}, decision.engine)
         engine, source, (backend, precision) = chosen
         fp32 = precision == "fp32" and settings.precision != "fp32"
         return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
@@ -231,6 +237,15 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
                        export=lambda: exporter.export(sg.name, sg.nodes, ins, outs, graph, ranges),
                        initializers=lambda: exporter.initializers(sg.name, sg.nodes, ins, outs, graph),
                        weight_views=exporter.weight_views)
+
+
+def _keep_choice(keep: Callable[[Tuple[str, str], Mapping[str, float]], None], by_label: Mapping[str, Tuple[str, str]],
+                 own: Tuple[str, str], label: Optional[str], medians_ms: Mapping[str, float]) -> None:
+    """``keep`` the candidate of ``label`` (``None``: ``own``, the fused node's engine), the check's medians keyed
+    by candidate label (its ``engines`` side renamed to ``own``'s)."""
+    mine = f"{own[0]} {own[1]}"
+    keep(own if label is None else by_label[label],
+         {(mine if side == "engines" else side): ms for side, ms in medians_ms.items()})
 
 
 def _engine_of(provider: EngineProvider, job: SubgraphJob) -> Any:

@@ -40,6 +40,7 @@ probe and compares it too (:class:`~mx_trt.runtime.twin.RuntimeCheck`).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
@@ -164,6 +165,32 @@ class Decision:
                        native_first_ms=float(first) if first is not None else None)
         except (TypeError, ValueError, IndexError, AttributeError):
             return None
+
+
+def _store_decision(cache: Any, key: str, decision: Decision, replace: bool = False) -> None:
+    """``decision`` as a small plan-cache entry under ``key`` (nothing when the cache is off or read-only);
+    ``replace``: in place of the entry stored there (else a valid one there is kept, as ``put`` keeps it)."""
+    if cache is None or cache.read_only:
+        return
+    try:
+        if replace:
+            cache.discard(key)
+        cache.put(key, {"decision": decision.to_json(), "decision_for": decision.subgraph}, {})
+    except CacheError:
+        pass  # put() logged why; the next bind measures again
+
+
+def _keep_checked(cache: Any, key: str, name: str, cand: Candidate, medians_ms: Mapping[str, float]) -> None:
+    """Store the ``checked`` decision keeping ``cand`` for subgraph ``name`` (:meth:`Measurer.keeper`)."""
+    label = f"{cand[0]} {cand[1]}"
+    rest = ", ".join(f"{side} {ms:.1f} ms" for side, ms in sorted(medians_ms.items()) if side != label)
+    mine = medians_ms.get(label)
+    decision = Decision(name, cand, medians_ms.get("native"),
+                        {k: v for k, v in medians_ms.items() if k != "native"}, "checked",
+                        f"{label} engine kept by the run-time check"
+                        + (f": {mine:.1f} ms a forward against {rest}" if mine is not None else ""))
+    _store_decision(cache, key, decision, replace=True)
+    logger.info("%s: %s (stored for the next bind)", name, decision.text)
 
 
 def subgraph_graph(graph: Graph, nodes: Sequence[int], ins: Sequence[Entry], outs: Sequence[Entry]) -> Graph:
@@ -413,12 +440,15 @@ class Measurer:
         return decision
 
     def _store(self, key: str, decision: Decision) -> None:
-        if self.cache is None or self.cache.read_only:
-            return
-        try:
-            self.cache.put(key, {"decision": decision.to_json(), "decision_for": decision.subgraph}, {})
-        except CacheError:
-            pass  # put() logged why; the next bind measures again
+        _store_decision(self.cache, key, decision)
+
+    def keeper(self, name: str, jobs: Mapping[Candidate, SubgraphJob],
+               direct: bool) -> Callable[[Candidate, Mapping[str, float]], None]:
+        """``keep(candidate, medians_ms)``: stores ``candidate`` as the ``checked`` decision of subgraph ``name``
+        (the whole model, its candidates ``jobs``), the engine the run-time check kept over the others, with
+        the check's latest medians (side label, or ``"native"``, -> ms). A later bind then starts with it.
+        Holds the plan cache and the decision's key only."""
+        return functools.partial(_keep_checked, self.cache, self._decision_key(jobs, CHECKED_KEEP_BELOW, direct), name)
 
     def _cost_rule(self, sg: Subgraph, why: str, first: Candidate) -> Decision:
         """The cost rule's verdict (``first`` is the engine it keeps); not stored."""

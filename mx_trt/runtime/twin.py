@@ -31,7 +31,10 @@ like the engine. The arbiter then compares all of them and MXNet, one probe at a
 time, and any of them may serve. An alternate that fails to build or run is
 left out of the comparison with one warning (the engines serve that forward);
 one found :data:`RELEASE_ABOVE` times slower than the serving side is dropped
-until its next probe, as the twin is.
+until its next probe, as the twin is. An engine (the bind's or an alternate)
+that takes over and then holds through a probe is reported to ``on_keep``, which
+the pipeline uses to store it as the model's decision: a later bind starts with
+it, and compares the others as alternates.
 """
 from __future__ import annotations
 
@@ -64,9 +67,10 @@ Alternate = Tuple[str, Callable[[Any], AlternateRun]]
 def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
     """What the run-time check of an accelerated executor has seen, or ``None``: it has none.
 
-    ``serving`` (``engines`` or ``native``), ``served`` (forwards per side),
-    ``probes``, ``switches``, ``median_ms`` (each side's latest median), ``off``
-    (why the check stopped, or ``None``).
+    ``serving`` (``engines``, ``native``, or an alternate engine's label such as
+    ``openvino fp32``), ``served`` (forwards per side), ``probes``, ``switches``,
+    ``median_ms`` (each side's latest median), ``off`` (why the check stopped, or
+    ``None``), ``dropped`` (side -> why it left the comparison).
     """
     check = getattr(exe, "_mx_trt_check", None)
     return None if check is None else check.stats()
@@ -93,11 +97,15 @@ class RuntimeCheck:
             (:class:`~mx_trt.runtime.arbiter.Arbiter`'s ``expect``).
         clock: Seconds, monotonic (``None``: :data:`CLOCK`).
         alternates: Other engines of the whole model, compared too (see the module's docstring).
+        on_keep: ``on_keep(side, medians_ms)``: an engine side other than the last one reported (at first
+            :data:`~mx_trt.runtime.arbiter.ENGINES`) has served through a probe since it took over
+            (``medians_ms``: each side's latest median). Its failure is logged, never raised.
     """
 
     def __init__(self, make_twin: Callable[[Any], Any], name: str = "executor",
                  expect: Optional[BindTimes] = None, clock: Optional[Callable[[], float]] = None,
-                 alternates: Sequence[Alternate] = ()) -> None:
+                 alternates: Sequence[Alternate] = (),
+                 on_keep: Optional[Callable[[str, Mapping[str, float]], None]] = None) -> None:
         self._clock = clock if clock is not None else CLOCK
         self.arbiter = Arbiter(ENGINES, clock=self._clock, name=name, expect=expect,
                                alternates=[n for n, _ in alternates])
@@ -110,6 +118,8 @@ class RuntimeCheck:
         #: Side -> why it was left out of the comparison.
         self.dropped: Dict[str, str] = {}
         self.off: Optional[str] = None
+        self._on_keep = on_keep
+        self._kept = ENGINES  # the engine side last reported to on_keep (the bind's)
 
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
@@ -132,10 +142,14 @@ class RuntimeCheck:
 
     def _record(self, side: str, seconds: float) -> None:
         arb = self.arbiter
-        probes = arb.probes
+        probes, switches = arb.probes, arb.switches
         arb.record(side, seconds)
         probed = arb.last_probed
-        if arb.probes == probes or probed is None or probed == arb.current:
+        if arb.probes == probes or probed is None:
+            return
+        if arb.switches == switches and arb.current not in (NATIVE, self._kept):
+            self._keep(arb.current)
+        if probed == arb.current:
             return
         theirs, mine = arb.medians[probed], arb.medians[arb.current]
         if theirs is None or mine is None or theirs < RELEASE_ABOVE * mine:
@@ -146,6 +160,18 @@ class RuntimeCheck:
             return
         logger.debug("%s: %s dropped until its next probe (%.2f ms against %.2f ms)", self._name,
                      "native twin" if probed == NATIVE else f"{probed} engine", theirs * 1e3, mine * 1e3)
+
+    def _keep(self, side: str) -> None:
+        """Report ``side``, an engine that held through a probe since it took over, to ``on_keep``."""
+        self._kept = side
+        if self._on_keep is None:
+            return
+        medians = {k: v * 1e3 for k, v in self.arbiter.medians.items() if v is not None}
+        try:
+            self._on_keep(side, medians)
+        except Exception as exc:  # noqa: BLE001 - storing a choice never fails a forward
+            logger.warning("mx_trt: %s: storing the engine the run-time check kept failed: %s: %s", self._name,
+                           type(exc).__name__, exc)
 
     def _alternate_forward(self, side: str, exe: Any, kwargs: Mapping[str, Any]) -> Optional[List[Any]]:
         """``exe``'s forward by the alternate ``side`` (made first if it is not), or ``None``: it failed, and

@@ -118,6 +118,18 @@ def _forwards(exe, native, n, seed=1):
     return served
 
 
+def _checked(model, monkeypatch, clock, alternate_s, native_s=0.012, engines_s=0.010, fail_after=None):
+    """MXNet's executor of the model and an accelerated one whose forwards take ``engines_s`` (its engine),
+    ``alternate_s`` (the alternate) and ``native_s`` (its twin) on ``clock``."""
+    sym, args, aux = model
+    native = _bind(sym, args, aux, monkeypatch, on=False)
+    _timed_alternates(monkeypatch, clock, alternate_s, fail_after)
+    exe = _bind(sym, args, aux, monkeypatch)
+    slow_engines(mx_trt.bind_info(exe).engines, monkeypatch, clock, engines_s)
+    clock.native_s = native_s
+    return native, exe
+
+
 def _runs(served):
     """``served`` as (side, forwards in a row)."""
     return [(side, len(list(group))) for side, group in itertools.groupby(served)]
@@ -172,13 +184,7 @@ def test_an_alternate_that_will_not_build_leaves_the_comparison(model, monkeypat
 
 def test_an_alternate_whose_run_fails_hands_that_forward_to_the_engines(model, monkeypatch, two_candidates,
                                                                         check_clock, quick_probes):
-    sym, args, aux = model
-    native = _bind(sym, args, aux, monkeypatch, on=False)
-    _timed_alternates(monkeypatch, check_clock, 0.004, fail_after=10)
-    exe = _bind(sym, args, aux, monkeypatch)
-    info = mx_trt.bind_info(exe)
-    slow_engines(info.engines, monkeypatch, check_clock, 0.010)
-    check_clock.native_s = 0.012
+    native, exe = _checked(model, monkeypatch, check_clock, 0.004, fail_after=10)
     served = _forwards(exe, native, 80)  # every output compared, the failed run's forward included
     stats = mx_trt.runtime_stats(exe)
     assert served.count(ALT) == 10 and "its forward failed" in stats["dropped"][ALT]
@@ -223,11 +229,7 @@ def test_the_engine_the_check_keeps_is_the_one_a_later_bind_starts_with(model, m
     """The alternate took over and held through the probe that checked it: it is stored as the model's decision,
     and the next bind builds it and compares the first candidate as its alternate."""
     sym, args, aux = model
-    native = _bind(sym, args, aux, monkeypatch, on=False)
-    _timed_alternates(monkeypatch, check_clock, 0.004)
-    exe = _bind(sym, args, aux, monkeypatch)
-    slow_engines(mx_trt.bind_info(exe).engines, monkeypatch, check_clock, 0.010)
-    check_clock.native_s = 0.012
+    native, exe = _checked(model, monkeypatch, check_clock, 0.004)
     served = _forwards(exe, native, 150)
     took = served.index(ALT) + 4
     assert mx_trt.runtime_stats(exe)["serving"] == ALT and ENGINES in served[took:]  # the probe that checked it
@@ -246,11 +248,7 @@ def test_the_engine_the_check_keeps_is_the_one_a_later_bind_starts_with(model, m
 
 def test_a_check_that_moves_to_mxnet_stores_nothing(model, monkeypatch, two_candidates, check_clock, quick_probes):
     sym, args, aux = model
-    native = _bind(sym, args, aux, monkeypatch, on=False)
-    _timed_alternates(monkeypatch, check_clock, 0.020)
-    exe = _bind(sym, args, aux, monkeypatch)
-    slow_engines(mx_trt.bind_info(exe).engines, monkeypatch, check_clock, 0.010)
-    check_clock.native_s = 0.005
+    native, exe = _checked(model, monkeypatch, check_clock, 0.020, native_s=0.005)
     served = _forwards(exe, native, 150)
     stats = mx_trt.runtime_stats(exe)
     assert stats["serving"] == NATIVE and ALT in served and stats["probes"] >= 3
@@ -262,13 +260,7 @@ def test_a_check_that_moves_to_mxnet_stores_nothing(model, monkeypatch, two_cand
 
 def test_a_failure_to_store_the_kept_engine_is_logged_and_the_forwards_go_on(model, monkeypatch, two_candidates,
                                                                           check_clock, quick_probes, caplog):
-    sym, args, aux = model
-    native = _bind(sym, args, aux, monkeypatch, on=False)
-    _timed_alternates(monkeypatch, check_clock, 0.004)
-    exe = _bind(sym, args, aux, monkeypatch)
-    fused = mx_trt.bind_info(exe).engines[0]
-    slow_engines([fused], monkeypatch, check_clock, 0.010)
-    check_clock.native_s = 0.012
+    native, exe = _checked(model, monkeypatch, check_clock, 0.004)
 
     def broken(label, medians):
         raise OSError("disk full")

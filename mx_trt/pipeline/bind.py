@@ -46,7 +46,7 @@ from mx_trt.pipeline.measure import Decision
 from mx_trt.pipeline.plan import Imported, Plan, import_graph, partition_graph
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of, load_weights
-from mx_trt.runtime.arbiter import ENGINES, BindTimes
+from mx_trt.runtime.arbiter import BindTimes
 from mx_trt.runtime.direct import DirectForward
 from mx_trt.runtime.forward import guard_forward
 from mx_trt.runtime.fused_op import ENGINE_ATTR, OP_TYPE, FusedEngine
@@ -397,16 +397,9 @@ def runtime_check(request: BindRequest, info: BindInfo) -> Optional[RuntimeCheck
     if len(info.engines) == 1:
         fused = info.engines[0]
         alternates = [(label, functools.partial(alternate_run, fused, label, make)) for label, make in fused.alternates]
-        if fused.keep_choice is not None:
-            on_keep = functools.partial(_keep_side, fused.keep_choice)
+        on_keep = fused.keep_choice
     return RuntimeCheck(lambda exe: native_twin(request, exe), name, measured_engines(info), alternates=alternates,
                         on_keep=on_keep)
-
-
-def _keep_side(keep: Callable[[Optional[str], Mapping[str, float]], None], side: str,
-               medians_ms: Mapping[str, float]) -> None:
-    """The run-time check kept engine ``side``: ``keep`` its label (``None``: the fused node's own engine)."""
-    keep(None if side == ENGINES else side, medians_ms)
 
 
 def alternate_run(fused: FusedEngine, label: str, make: Callable[[], Any], exe: Any) -> AlternateRun:

@@ -32,6 +32,7 @@ from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
+from mx_trt.runtime.arbiter import ENGINES
 from mx_trt.runtime.fused_op import FusedEngine, register_engine
 from mx_trt.settings import Settings
 
@@ -190,7 +191,7 @@ class _MeasuredRule:
         #: Subgraph name -> the other candidates of a ``checked`` decision, for the run-time check to compare.
         self.alternates: Dict[str, List[Tuple[str, Callable[[], Any]]]] = {}
         #: Subgraph name -> how the run-time check stores the engine it keeps (``FusedEngine.keep_choice``).
-        self.keepers: Dict[str, Callable[[Optional[str], Mapping[str, float]], None]] = {}
+        self.keepers: Dict[str, Callable[[str, Mapping[str, float]], None]] = {}
 
     def decide(self, sg: Subgraph, ins: Sequence[Entry], outs: Sequence[Entry], job: SubgraphJob,
                digests: Mapping[str, str]) -> Tuple[Decision, Optional[Tuple[Any, str, Tuple[Any, ...]]]]:
@@ -240,12 +241,12 @@ def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry]
 
 
 def _keep_choice(keep: Callable[[Tuple[str, str], Mapping[str, float]], None], by_label: Mapping[str, Tuple[str, str]],
-                 own: Tuple[str, str], label: Optional[str], medians_ms: Mapping[str, float]) -> None:
-    """``keep`` the candidate of ``label`` (``None``: ``own``, the fused node's engine), the check's medians keyed
-    by candidate label (its ``engines`` side renamed to ``own``'s)."""
+                 own: Tuple[str, str], side: str, medians_ms: Mapping[str, float]) -> None:
+    """``keep`` the candidate of the run-time check's ``side`` (:data:`~mx_trt.runtime.arbiter.ENGINES`: ``own``,
+    the fused node's engine; else an alternate's label), the check's medians keyed by candidate label."""
     mine = f"{own[0]} {own[1]}"
-    keep(own if label is None else by_label[label],
-         {(mine if side == "engines" else side): ms for side, ms in medians_ms.items()})
+    keep(own if side == ENGINES else by_label[side],
+         {(mine if name == ENGINES else name): ms for name, ms in medians_ms.items()})
 
 
 def _engine_of(provider: EngineProvider, job: SubgraphJob) -> Any:

@@ -466,7 +466,7 @@ class Arbiter:
         if probe <= KEEP_BELOW * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "
                         "forwards)", self.name, "the engines now serve" if target == ENGINES else
-                        f"{_say(target)} now serves", probe * 1e3, current * 1e3, _say(self.current))
+                        f"{side_words(target)} now serves", probe * 1e3, current * 1e3, side_words(self.current))
             old = self.current
             for s in self.sides:
                 # Each other side's last estimate, now against the new side's median.
@@ -496,6 +496,6 @@ class Arbiter:
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
 
 
-def _say(side: str) -> str:
-    """A side as log lines name it."""
+def side_words(side: str) -> str:
+    """A side as log lines name it: ``the engines``, ``native MXNet``, ``the openvino fp32 engine``."""
     return {ENGINES: "the engines", NATIVE: "native MXNet"}.get(side, f"the {side} engine")

@@ -67,9 +67,9 @@ class FusedEngine:
         alternates: ``(label, make)`` of other engines of the same subgraph (``"openvino fp32"``,
             ``make()`` returning the engine, built or loaded), which the executor's run-time check may
             compare with this one (:class:`~mx_trt.runtime.twin.RuntimeCheck`); empty: none.
-        keep_choice: ``keep_choice(label, medians_ms)`` stores the engine that check kept (``label``, one of
-            :attr:`alternates`', or ``None``: this one) as the subgraph's decision, so that a later bind
-            starts with it (``medians_ms``: the check's latest median per side); ``None``: nothing to store.
+        keep_choice: ``keep_choice(side, medians_ms)`` stores the engine that check kept (``side``, one of
+            :attr:`alternates`' labels, or ``engines``: this one) as the subgraph's decision, so that a later
+            bind starts with it (``medians_ms``: the check's latest median per side); ``None``: nothing to store.
     """
 
     def __init__(self, name: str, engine: Engine, input_names: Sequence[str], output_names: Sequence[str]) -> None:
@@ -84,7 +84,7 @@ class FusedEngine:
         self.rebuild: Optional[Callable[[int], Tuple[Engine, str]]] = None
         self.rebuild_hint = ""
         self.alternates: List[Tuple[str, Callable[[], Engine]]] = []
-        self.keep_choice: Optional[Callable[[Optional[str], Mapping[str, float]], None]] = None
+        self.keep_choice: Optional[Callable[[str, Mapping[str, float]], None]] = None
         self.lock = threading.Lock()
         #: The typed error of this node's last failed run, until :func:`guard_forward` reports it.
         self.last_error: Optional[MxTrtError] = None

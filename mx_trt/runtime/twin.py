@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter, BindTimes
+from mx_trt.runtime.arbiter import ENGINES, NATIVE, Arbiter, BindTimes, side_words
 from mx_trt.runtime.direct import wait_to_write, write_inputs
 from mx_trt.runtime.fused_op import data_ptr
 
@@ -159,7 +159,7 @@ class RuntimeCheck:
         elif self._alt_runs.pop(probed, None) is None:
             return
         logger.debug("%s: %s dropped until its next probe (%.2f ms against %.2f ms)", self._name,
-                     "native twin" if probed == NATIVE else f"{probed} engine", theirs * 1e3, mine * 1e3)
+                     "the native twin" if probed == NATIVE else side_words(probed), theirs * 1e3, mine * 1e3)
 
     def _keep(self, side: str) -> None:
         """Report ``side``, an engine that held through a probe since it took over, to ``on_keep``."""
@@ -235,10 +235,7 @@ class RuntimeCheck:
                            "MXNet): %s", self._name, why)
         else:
             logger.warning("mx_trt: %s: %s left out of the run-time check (%s serves): %s", self._name,
-                           "native MXNet" if side == NATIVE else f"the {side} engine",
-                           "native MXNet" if self.arbiter.current == NATIVE else (
-                               "the engines" if self.arbiter.current == ENGINES
-                               else f"the {self.arbiter.current} engine"), why)
+                           side_words(side), side_words(self.arbiter.current), why)
 
     def _twin_for(self, exe: Any) -> Any:
         if self.twin is not None:

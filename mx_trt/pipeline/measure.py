@@ -16,7 +16,8 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    same weights, on the same input shapes (random inputs). After warm-up runs the
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
    :data:`SUBGRAPH_SECONDS` (fewer, one at least, where more would pass the
-   bind's budget below); the median over rounds of each engine's time over
+   bind's budget below; :data:`CLEAR_ROUNDS` when each round gave the same
+   verdict by a wide margin, :func:`clear_verdict`); the median over rounds of each engine's time over
    MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
 3. The decision and every timing are stored as a small plan-cache entry. The
    candidates were built in memory: only the engine chosen is stored
@@ -87,6 +88,17 @@ LONG_RUN_S = 1.0
 MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
 SUBGRAPH_SECONDS = 0.2
+#: Rounds after which the timing of a subgraph stops, whatever :data:`MIN_RUNS` and :data:`SUBGRAPH_SECONDS`
+#: ask, when every round so far gave the same verdict by a wide margin (:func:`clear_verdict`). A model of 35-75 ms a forward on each of
+#: three sides spends about 0.3 s in a round (ResNet-50 at batch 1, one MXNet thread: 75 ms, OpenVINO 35,
+#: ONNX Runtime 43, each turn run twice), a quarter of its cold bind; its rounds differ by a few percent.
+CLEAR_ROUNDS = 2
+#: A verdict is clear when the fastest engine takes at most this fraction of MXNet's time in every round
+#: (or every engine at least its inverse), which is past both margins a decision applies
+#: (:data:`~mx_trt.passes.cost.KEEP_BELOW` and :data:`CHECKED_KEEP_BELOW`)...
+CLEAR_RATIO = 0.8
+#: ... and, among several engines, the fastest one is faster than each other by this factor in every round.
+CLEAR_GAP = 1.1
 #: Seconds of a bind spent measuring (the executors' binds and runs), after which the cost rule decides. Within
 #: a subgraph, a round of runs that would end past it is not started, the first excepted: each executor runs
 #: once untimed and once timed at least (FCN ResNet-50 at 480x480 took 78 s to bind cold when 3 rounds were
@@ -312,11 +324,13 @@ def settle_turn(fn: Callable[[], None], runs: int, seconds: float, clock: Callab
 def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: int = MIN_RUNS,
                    max_runs: int = MAX_RUNS, warmup: int = WARMUP,
                    clock: Callable[[], float] = time.perf_counter, settle: int = SETTLE,
-                   settle_s: float = SETTLE_S, budget_s: Optional[float] = None) -> List[List[float]]:
+                   settle_s: float = SETTLE_S, budget_s: Optional[float] = None,
+                   decided: Optional[Callable[[Sequence[Sequence[float]]], bool]] = None) -> List[List[float]]:
     """Milliseconds of each run of each of ``fns``, by round, run alternately after ``warmup`` untimed runs each.
 
     Rounds continue until ``max_runs``, or until ``seconds`` have passed once
-    ``min_runs`` are done. Each round gives every function a turn of untimed
+    ``min_runs`` are done, or until ``decided(times so far)`` holds after a
+    round, from the :data:`CLEAR_ROUNDS`-th on. Each round gives every function a turn of untimed
     runs and one timed run, in an order that rotates, so drift (another process)
     hits every function alike. The untimed runs of a turn (what ran before
     disturbs the first runs of a turn) are at least ``settle``, and more until
@@ -351,6 +365,9 @@ def alternate_runs(fns: Sequence[Callable[[], None]], seconds: float, min_runs: 
             fns[i]()
             last[i] = clock() - t
             times[i].append(last[i] * 1e3)
+        if decided is not None and r + 1 >= CLEAR_ROUNDS and decided(times):
+            logger.debug("measuring stopped after %d round(s): the verdict is clear", r + 1)
+            break
     return times
 
 
@@ -377,14 +394,38 @@ Timer = Callable[[Callable[[], None], Sequence[Callable[[], None]], float, Optio
                  Tuple[float, List[float], List[float]]]
 
 
+def clear_verdict(times: Sequence[Sequence[float]]) -> bool:
+    """Whether rounds of MXNet's runs (``times[0]``) and the engines' (``times[1:]``, ms by round) already decide.
+
+    True when in every round the fastest engine (by its median ratio to MXNet's
+    run of the same round) took at most :data:`CLEAR_RATIO` of MXNet's time and
+    each other engine at least :data:`CLEAR_GAP` times the fastest one's; or
+    when every engine took at least ``1 / CLEAR_RATIO`` of MXNet's time in every
+    round. A near tie anywhere, or rounds of unequal counts, is never clear.
+    Pure; O(engines x rounds).
+    """
+    native, engines = list(times[0]), [list(t) for t in times[1:]]
+    if not engines or not native or any(len(t) != len(native) for t in engines) or min(native) <= 0:
+        return False
+    ratios = [[e / n for e, n in zip(eng, native)] for eng in engines]
+    if all(r >= 1.0 / CLEAR_RATIO for rs in ratios for r in rs):
+        return True
+    best = min(range(len(engines)), key=lambda i: statistics.median(ratios[i]))
+    if any(r > CLEAR_RATIO for r in ratios[best]):
+        return False
+    return all(other >= CLEAR_GAP * fastest for j, eng in enumerate(engines) if j != best
+               for other, fastest in zip(eng, engines[best]))
+
+
 def default_timer(native: Callable[[], None], engines: Sequence[Callable[[], None]],
                   seconds: float, budget_s: Optional[float] = None) -> Tuple[float, List[float], List[float]]:
     """:func:`alternate_runs` over MXNet and the engines: medians, and the medians of the per-round ratios.
 
     A ratio of two runs made side by side in one round is what transient load on
-    the machine disturbs least: it decides, the medians are reported.
+    the machine disturbs least: it decides, the medians are reported. Rounds stop
+    early on a :func:`clear_verdict`.
     """
-    runs = alternate_runs([native, *engines], seconds, budget_s=budget_s)
+    runs = alternate_runs([native, *engines], seconds, budget_s=budget_s, decided=clear_verdict)
     ratios = [statistics.median(e / n for e, n in zip(eng, runs[0]) if n > 0) for eng in runs[1:]]
     return statistics.median(runs[0]), [statistics.median(t) for t in runs[1:]], ratios
 

@@ -415,7 +415,7 @@ def test_default_timer_decides_by_ratios_of_runs_side_by_side(monkeypatch):
     # rounds 2, 4 and 5 ran under load; the engine is 0.8x MXNet in every round
     native = [4.0, 40.0, 4.0, 40.0, 40.0]
     engine = [3.2, 32.0, 3.2, 32.0, 32.0]
-    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds, budget_s: [native, engine])
+    monkeypatch.setattr(measure, "alternate_runs", lambda fns, seconds, budget_s, **kw: [native, engine])
     native_ms, engine_ms, ratios = measure.default_timer(lambda: None, [lambda: None], 1.0)
     assert native_ms == 40.0 and engine_ms == [32.0] and ratios == [pytest.approx(0.8)]
     # medians of other rounds would say "slower" (native 4.0 from round 1 against the engine's 32.0); ratios do not
@@ -614,3 +614,48 @@ def test_short_forwards_of_a_whole_model_are_timed_against_mxnet(monkeypatch, me
     unchecked = _run(monkeypatch, StubTimer(3.0, [1.0]), MXNET_TENSORRT_RUNTIME_CHECK="0",
                      MXNET_TENSORRT_CACHE_DIR=str(tmp_path / "fresh"))
     assert info.builds == unchecked.builds
+
+
+@pytest.mark.parametrize("times, clear", [
+    ([[75, 78], [43, 41], [35, 34]], True),  # an engine at under half MXNet's time, the other 1.2x slower
+    ([[75, 78], [36, 41], [35, 34]], False),  # the two engines within 10% in a round: which one is not settled
+    ([[75, 78], [62, 41], [61, 34]], False),  # one round at 0.81x: not past the margin in every round
+    ([[40, 41], [52, 53], [60, 55]], True),  # every engine at least 1.25x MXNet's time in every round
+    ([[40, 41], [52, 49], [60, 55]], False),  # 1.20x in one round: a loss, but not by the margin
+    ([[40, 41], [30, 52]], False),  # the rounds disagree
+    ([[40], [20]], True),  # clear_verdict itself counts no rounds; alternate_runs asks from CLEAR_ROUNDS on
+    ([[40, 41], [20]], False),  # rounds of unequal counts
+    ([[40, 41]], False),  # no engine
+])
+def test_clear_verdict(times, clear):
+    assert measure.clear_verdict(times) is clear
+
+
+def test_rounds_stop_early_on_a_clear_verdict():
+    """Runs of 35-75 ms: two rounds when they agree by far, MIN_RUNS when they do not."""
+    fn, clock, calls, now = _fake_runs()
+    fns = [fn("native", 0.075), fn("onnxruntime", 0.043), fn("openvino", 0.035)]
+    times = measure.alternate_runs(fns, seconds=0.2, clock=clock, decided=measure.clear_verdict)
+    assert [len(t) for t in times] == [measure.CLEAR_ROUNDS] * 3
+    assert len(calls) == 3 * (measure.WARMUP + measure.CLEAR_ROUNDS * (measure.SETTLE + 1))
+    # engines within 10% of each other: no verdict on which, so MIN_RUNS rounds
+    fns = [fn("native", 0.075), fn("onnxruntime", 0.037), fn("openvino", 0.035)]
+    times = measure.alternate_runs(fns, seconds=0.2, clock=clock, decided=measure.clear_verdict)
+    assert [len(t) for t in times] == [measure.MIN_RUNS] * 3
+    # short runs that would go on for SUBGRAPH_SECONDS stop too
+    fns = [fn("native", 0.004), fn("engine", 0.002)]
+    times = measure.alternate_runs(fns, seconds=0.2, clock=clock, decided=measure.clear_verdict)
+    assert [len(t) for t in times] == [measure.CLEAR_ROUNDS] * 2
+    assert len(measure.alternate_runs(fns, seconds=0.2, clock=clock)[0]) > measure.MIN_RUNS
+
+
+def test_the_default_timer_stops_on_a_clear_verdict(monkeypatch):
+    seen = {}
+
+    def runs(fns, seconds, budget_s=None, decided=None):
+        seen["decided"] = decided
+        return [[10.0, 10.0], [4.0, 4.0]]
+
+    monkeypatch.setattr(measure, "alternate_runs", runs)
+    assert measure.default_timer(lambda: None, [lambda: None], 0.2)[2] == [pytest.approx(0.4)]
+    assert seen["decided"] is measure.clear_verdict

@@ -656,7 +656,8 @@ def update_readme(res: Dict[str, Any], png: Optional[str], block_name: str) -> N
         raise SystemExit(f"{README} has no {start} ... {end} block")
     m = res["machine"]
     block = [start, "",
-             f"Measured {res['date']} with `{res['command']}` ({res['seconds']:.0f} s): {m['cpus']} CPUs, "
+             f"Measured {res['date']} with `{res['command']}` ({res['seconds']:.0f} s): {m['cpus']} CPUs "
+             f"({m.get('cpu', '?')}; {m.get('isa', '?')}), "
              f"{m['platform']}, Python {m['python']}, MXNet {m['mxnet']}, {m['backend']}; "
              f"threads per library: {m['threads']}; "
              f"1-minute load average before/after: {m['loadavg_before_after'][0]}/{m['loadavg_before_after'][1]}.",
@@ -674,8 +675,11 @@ def update_readme(res: Dict[str, Any], png: Optional[str], block_name: str) -> N
 def machine_info() -> Dict[str, Any]:
     import mxnet as mx
 
+    from mx_trt.builder.cpus import cpu_info
+
+    cpu, isa = cpu_info()  # an AVX2 CPU runs these models 2-4x slower than one with AVX-512 and VNNI
     info: Dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                            "cpus": os.cpu_count(), "mxnet": mx.__version__,
+                            "cpus": os.cpu_count(), "cpu": cpu, "isa": isa, "mxnet": mx.__version__,
                             "threads": os.environ.get("OMP_NUM_THREADS", "default")
                             if os.environ.get("OMP_NUM_THREADS") == os.environ.get("MXNET_TENSORRT_ORT_THREADS")
                             else f"MXNet {os.environ.get('OMP_NUM_THREADS', 'default')}, "

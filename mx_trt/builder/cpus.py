@@ -19,7 +19,7 @@ import math
 import os
 from typing import List, Optional, Tuple
 
-__all__ = ["cgroup_cpu_limit", "usable_cpus"]
+__all__ = ["cgroup_cpu_limit", "cpu_info", "usable_cpus"]
 
 #: Where cgroup file systems are mounted.
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -132,3 +132,28 @@ def engine_threads() -> int:
     if limit is not None:
         n = min(n, max(1, math.ceil(limit - 1e-9)))
     return max(1, n)
+
+
+#: Instruction-set flags of /proc/cpuinfo that change the kernels a CPU backend compiles (and its speed).
+ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_info() -> Tuple[str, str]:
+    """(model name, the comma-separated :data:`ISA_FLAGS` it has) from /proc/cpuinfo; empty where unknown.
+
+    Part of OpenVINO's plan-cache keys, and what the benchmarks record of the machine. O(size of cpuinfo).
+    """
+    model, flags = "", set()  # type: str, set[str]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model, ",".join(f for f in ISA_FLAGS if f in flags)

@@ -94,3 +94,15 @@ def test_onnxruntime_engines_use_the_usable_cpus(monkeypatch):
     assert ortb._session_options(threads=ortb._threads(Settings.from_env().engine_options())).intra_op_num_threads == 3
     monkeypatch.setenv("MXNET_TENSORRT_ORT_THREADS", "1")  # the bind's settings carry it to the engines
     assert ortb._session_options(threads=ortb._threads(Settings.from_env().engine_options())).intra_op_num_threads == 1
+
+
+def test_cpu_info_names_the_instruction_sets_from_cpuinfo(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma avx512f avx512_vnni sha_ni\n"
+                    "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **kw: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                          *a, **kw))
+    assert cpus.cpu_info() == ("AMD EPYC", "avx2,fma,avx512f,avx512_vnni")  # in ISA_FLAGS order, others dropped
+    info.unlink()
+    assert cpus.cpu_info() == ("", "")  # unreadable: empty, never an error

@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mx_trt.builder.cpus import engine_threads
+from mx_trt.builder.cpus import cpu_info, engine_threads
 from mx_trt.errors import EngineBuildError, EngineRunError
 from mx_trt.export.int8 import Int8Style
 from mx_trt.export.spec import OpSpec
@@ -71,10 +71,6 @@ logger = logging.getLogger(__name__)
 FORMAT = "openvino-compiled"
 #: The file of a stored engine.
 BLOB = "model.blob"
-#: Instruction-set flags of /proc/cpuinfo that change the kernels the CPU plugin compiles.
-ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-             "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
-
 #: MXNet operators whose results depend on the order of tied values: indices of a sort or of a maximum, and
 #: the detection post-processing whose converters sort scores (TopK) and pick boxes (ArgMax). ONNX's TopK and
 #: ArgMax/ArgMin give the lowest index first, as MXNet and ONNX Runtime do; OpenVINO 2024.6's CPU plugin does
@@ -98,23 +94,6 @@ def _ov_core() -> Any:
 
             _core = ov.Core()
         return _core
-
-
-def _cpu_info() -> Tuple[str, str]:
-    """(model name, the :data:`ISA_FLAGS` it has) from /proc/cpuinfo; empty where unknown."""
-    model, flags = "", set()  # type: str, set[str]
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name") and not model:
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    return model, ",".join(f for f in ISA_FLAGS if f in flags)
 
 
 def compile_config(fp16: bool, threads: int) -> Dict[str, Any]:
@@ -313,7 +292,7 @@ class OpenVinoBackend(Backend):
 
     def device_signature(self, device_id: int) -> str:
         # Compiled models hold kernels and weight layouts chosen for this CPU.
-        model, isa = _cpu_info()
+        model, isa = cpu_info()
         return f"{platform.system()}-{platform.machine()}-{model}-{isa}"
 
     def layout_for(self, shapes: Sequence[Tuple[int, ...]], dynamic: bool) -> str:

@@ -17,8 +17,9 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within
    :data:`SUBGRAPH_SECONDS` (fewer, one at least, where more would pass the
    bind's budget below; :data:`CLEAR_ROUNDS` when each round gave the same
-   verdict by a wide margin, :func:`clear_verdict`); the median over rounds of each engine's time over
-   MXNet's in the same round decides (:func:`mx_trt.passes.cost.choose_measured`).
+   verdict by a wide margin, :func:`clear_verdict`); the median over rounds
+   of each engine's time over MXNet's in the same round decides
+   (:func:`mx_trt.passes.cost.choose_measured`).
 3. The decision and every timing are stored as a small plan-cache entry. The
    candidates were built in memory: only the engine chosen is stored
    (:meth:`~mx_trt.builder.engines.EngineProvider.store`), and entries of
@@ -89,9 +90,10 @@ MIN_RUNS, MAX_RUNS = 3, 15
 #: Seconds of timed runs per subgraph, once :data:`MIN_RUNS` are done.
 SUBGRAPH_SECONDS = 0.2
 #: Rounds after which the timing of a subgraph stops, whatever :data:`MIN_RUNS` and :data:`SUBGRAPH_SECONDS`
-#: ask, when every round so far gave the same verdict by a wide margin (:func:`clear_verdict`). A model of 35-75 ms a forward on each of
-#: three sides spends about 0.3 s in a round (ResNet-50 at batch 1, one MXNet thread: 75 ms, OpenVINO 35,
-#: ONNX Runtime 43, each turn run twice), a quarter of its cold bind; its rounds differ by a few percent.
+#: ask, when every round so far gave the same verdict by a wide margin (:func:`clear_verdict`). A model of
+#: 35-75 ms a forward on each of three sides spends about 0.3 s in a round (ResNet-50 at batch 1, one MXNet
+#: thread: 75 ms, OpenVINO 35, ONNX Runtime 43, each turn an untimed run and a timed one), a quarter of its
+#: cold bind; its rounds differ by a few percent.
 CLEAR_ROUNDS = 2
 #: A verdict is clear when the fastest engine takes at most this fraction of MXNet's time in every round
 #: (or every engine at least its inverse), which is past both margins a decision applies

@@ -28,7 +28,7 @@ from mx_trt.passes.ir import BatchRange, Entry, Graph
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
 from mx_trt.pipeline.int8 import Int8Setup
-from mx_trt.pipeline.measure import Decision, Measurer
+from mx_trt.pipeline.measure import Decision, Measurer, candidate_label
 from mx_trt.pipeline.plan import Plan
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of
@@ -213,10 +213,10 @@ class _MeasuredRule:
         if decision.how == "checked" and self.direct and decision.engine is not None:
             # Kept untimed: the run-time check compares the other candidates too, each built at its first probe,
             # and the engine it keeps becomes the decision a later bind starts with.
-            self.alternates[sg.name] = [(f"{b} {p}", functools.partial(_engine_of, self.providers[b], job))
-                                        for (b, p), job in jobs.items() if (b, p) != decision.engine]
+            self.alternates[sg.name] = [(candidate_label(c), functools.partial(_engine_of, self.providers[c[0]], job))
+                                        for c, job in jobs.items() if c != decision.engine]
             self.keepers[sg.name] = functools.partial(_keep_choice, self.measurer.keeper(sg.name, jobs, self.direct),
-                                                      {f"{b} {p}": (b, p) for b, p in jobs}, decision.engine)
+                                                      {candidate_label(c): c for c in jobs}, decision.engine)
         engine, source, (backend, precision) = chosen
         fp32 = precision == "fp32" and settings.precision != "fp32"
         return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
@@ -244,7 +244,7 @@ def _keep_choice(keep: Callable[[Tuple[str, str], Mapping[str, float]], None], b
                  own: Tuple[str, str], side: str, medians_ms: Mapping[str, float]) -> None:
     """``keep`` the candidate of the run-time check's ``side`` (:data:`~mx_trt.runtime.arbiter.ENGINES`: ``own``,
     the fused node's engine; else an alternate's label), the check's medians keyed by candidate label."""
-    mine = f"{own[0]} {own[1]}"
+    mine = candidate_label(own)
     keep(own if side == ENGINES else by_label[side],
          {(mine if name == ENGINES else name): ms for name, ms in medians_ms.items()})
 

@@ -127,6 +127,11 @@ DECISION_FORMAT = 5  # 2: settled turns and the 5% margin of passes.cost.KEEP_BE
 Candidate = Tuple[str, str]
 
 
+def candidate_label(cand: Candidate) -> str:
+    """How decisions, log lines and the run-time check's sides name a candidate: ``"openvino fp32"``."""
+    return f"{cand[0]} {cand[1]}"
+
+
 @dataclass
 class Decision:
     """What the rule decided for one subgraph.
@@ -157,7 +162,7 @@ class Decision:
     @property
     def label(self) -> Optional[str]:
         """``"backend precision"`` of the engine kept (its key in ``engine_ms``), or ``None``: MXNet runs it."""
-        return f"{self.engine[0]} {self.engine[1]}" if self.engine is not None else None
+        return candidate_label(self.engine) if self.engine is not None else None
 
     def to_json(self) -> Dict[str, Any]:
         return {"format": DECISION_FORMAT, "engine": list(self.engine) if self.engine else None,
@@ -196,7 +201,7 @@ def _store_decision(cache: Any, key: str, decision: Decision, replace: bool = Fa
 
 def _keep_checked(cache: Any, key: str, name: str, cand: Candidate, medians_ms: Mapping[str, float]) -> None:
     """Store the ``checked`` decision keeping ``cand`` for subgraph ``name`` (:meth:`Measurer.keeper`)."""
-    label = f"{cand[0]} {cand[1]}"
+    label = candidate_label(cand)
     rest = ", ".join(f"{side} {ms:.1f} ms" for side, ms in sorted(medians_ms.items()) if side != label)
     mine = medians_ms.get(label)
     decision = Decision(name, cand, medians_ms.get("native"),
@@ -607,7 +612,7 @@ class Measurer:
             self.spent_s += time.perf_counter() - t0
         if ms < LONG_RUN_S * 1e3:
             return None
-        label = f"{cand[0]} {cand[1]}"
+        label = candidate_label(cand)
         return Decision(sg.name, cand, None, {label: ms}, "checked",
                         f"{label} engine kept, its first forward {ms / 1e3:.1f} s: MXNet not timed at the bind, "
                         "the run-time check compares the two on the executor's forwards",

@@ -234,7 +234,13 @@ class Timed:
 
     @property
     def label(self) -> str:
-        return f"{self.backend} {self.precision}"
+        return candidate_label((self.backend, self.precision))
+
+
+def candidate_label(cand: Tuple[str, str]) -> str:
+    """How decisions, log lines and the run-time check's sides name an engine candidate ``(backend, precision)``:
+    ``"openvino fp32"``."""
+    return f"{cand[0]} {cand[1]}"
 
 
 #: An engine is kept only when it takes at most this share of MXNet's time. Timings at bind

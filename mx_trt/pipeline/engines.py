@@ -23,12 +23,13 @@ from mx_trt.builder.progress import BuildProgress
 from mx_trt.errors import ConversionError, MxTrtError, ParamMismatchError, ShapeError
 from mx_trt.export.dynamic import SubgraphExporter
 from mx_trt.export.spec import op_spec
+from mx_trt.passes.cost import candidate_label
 from mx_trt.passes.fuse import boundary
 from mx_trt.passes.ir import BatchRange, Entry, Graph
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
 from mx_trt.pipeline.int8 import Int8Setup
-from mx_trt.pipeline.measure import Decision, Measurer, candidate_label
+from mx_trt.pipeline.measure import Decision, Measurer
 from mx_trt.pipeline.plan import Plan
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.pipeline.weights import LazyWeights, digest as digest_of

@@ -57,7 +57,7 @@ from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.cache import make_key
 from mx_trt.errors import CacheError, MxTrtError
 from mx_trt.graph.importer import graph_to_json
-from mx_trt.passes.cost import KEEP_BELOW, Timed, choose_measured, graph_macs, worth_an_engine
+from mx_trt.passes.cost import KEEP_BELOW, Timed, candidate_label, choose_measured, graph_macs, worth_an_engine
 from mx_trt.passes.ir import Entry, Graph, Node
 from mx_trt.passes.naming import entry_name
 from mx_trt.passes.partition import Subgraph
@@ -125,11 +125,6 @@ DECISION_FORMAT = 5  # 2: settled turns and the 5% margin of passes.cost.KEEP_BE
 
 #: ``(backend name, precision)`` of one candidate engine.
 Candidate = Tuple[str, str]
-
-
-def candidate_label(cand: Candidate) -> str:
-    """How decisions, log lines and the run-time check's sides name a candidate: ``"openvino fp32"``."""
-    return f"{cand[0]} {cand[1]}"
 
 
 @dataclass

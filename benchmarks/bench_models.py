@@ -18,7 +18,10 @@ the median forward latency of
 * ``always``: the pass making an engine of every subgraph, one operator or more
   (``MXNET_TENSORRT_ENGINE_RULE=always``, ``MXNET_TENSORRT_MIN_SUBGRAPH_SIZE=1``).
 
-The executors are bound first and then timed in rounds that rotate
+The executors are bound first, each run untimed once, and an accelerated one
+more until its run-time check has probed every side once (its twin's bind and
+first forward are one-time costs, as native MXNet's first forward is; the row's
+``check_warmup`` holds what they took). Then they are timed in rounds that rotate
 their order, so that load on the machine, and MXNet's OpenMP threads still
 spinning after a native forward, fall on all of them alike. Each takes one
 sample a round: the mean of as many forwards as span :data:`SAMPLE_MS` of
@@ -205,7 +208,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
 
     from mx_trt.builder import engines
     from mx_trt.runtime.twin import native_share
-    from mx_trt.tools.cli.timing import SETTLE_S, measure
+    from mx_trt.tools.cli.timing import SETTLE_S, measure, warm_check
 
     exes: Dict[str, Any] = {}
     infos: Dict[str, Any] = {}
@@ -224,9 +227,15 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                 return None
             bind_s[variant] = time.perf_counter() - t
         workers = _equal_threads(model, cache)
+        check_warmup: Dict[str, Any] = {}
         for v, exe in exes.items():
             for _ in range(warmup):
                 _forward(exe)
+            # The run-time check's first probes (its twin's bind and first forward) are left out of the timed
+            # samples, as MXNet's first forward is; what they took is in the row.
+            n, secs = warm_check(lambda: _forward(exe), exe)
+            if n:
+                check_warmup[v] = {"forwards": n, "seconds": secs}
         per = forwards_per_sample(statistics.median(_forward(exes["native"]) for _ in range(3)))
         # A timed sample (the mean of ``per`` forwards) after untimed forwards (one at least, and more until
         # they took SETTLE_S): the first forwards of a turn pay for what ran before it (MXNet's spinning
@@ -240,6 +249,9 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         runners: Dict[str, Callable[[], float]] = {v: in_process(exe) for v, exe in exes.items()}
         for key, worker in workers.items():
             worker.run(0, warmup)
+            n, secs = worker.warm_check()
+            if n:
+                check_warmup[key] = {"forwards": n, "seconds": secs}
             runners[key] = in_worker(worker)
         by_condition: Dict[str, Dict[str, float]] = {}
         busy_throughout: Optional[bool] = None
@@ -291,6 +303,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
         "native_served": served,
+        "check_warmup": check_warmup,
         "busy_throughout": busy_throughout,
     }
     logger.info("%s batch %d: %d/%d ops in %d engines; %s", name, batch, inside, total, row["engines"]["cost"],

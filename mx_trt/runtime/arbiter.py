@@ -93,7 +93,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +292,8 @@ class Arbiter:
         self.switches = 0
         #: The side of the last settled probe (``None``: none yet).
         self.last_probed: Optional[str] = None
+        #: The sides probed at least once (native MXNet also when the bind's timings stand for its first probe).
+        self.probed: Set[str] = set()
         self.served: Dict[str, int] = {s: 0 for s in self.sides}
         self.medians: Dict[str, Optional[float]] = {s: None for s in self.sides}
         self.seeded = False  # the bind's timings stand for a first probe
@@ -300,6 +302,7 @@ class Arbiter:
             start = None if expect.native_first is None else max(0.0, expect.native_first - expect.native)
             if start is not None or expect.native >= SEED_ABOVE * expect.engines:
                 self._ref[NATIVE], self._gap[NATIVE], self.seeded = expect.engines, expect.native - expect.engines, True
+                self.probed.add(NATIVE)
                 self._overhead[NATIVE] = start or 0.0
                 self._rebase = expect.partial
 
@@ -457,6 +460,7 @@ class Arbiter:
         probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
         self.last_probed = target
+        self.probed.add(target)
         self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
         # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),
@@ -490,9 +494,12 @@ class Arbiter:
         self._since, self._clean, self._last = 0, 0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
-        """The side serving now, forwards served per side, probes, switches, and the latest medians (ms)."""
+        """The side serving now, forwards served per side, probes, switches, and the latest medians (ms);
+        ``probing``: the side of the probe under way (``None``: none); ``unprobed``: the other sides no probe
+        has compared yet (their first probe, a twin's bind or an alternate's build, is still to come)."""
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
-                "switches": self.switches, "seeded": self.seeded,
+                "switches": self.switches, "seeded": self.seeded, "probing": self._target,
+                "unprobed": [s for s in self.sides if s != self.current and s not in self.probed],
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
 
 

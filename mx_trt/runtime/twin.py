@@ -86,6 +86,22 @@ def native_share(exe: Any) -> Optional[float]:
     return served[NATIVE] / total if total else 0.0
 
 
+def check_warm(exe: Any) -> bool:
+    """Whether ``exe``'s run-time check has paid what it pays once: every other side probed once (the twin
+    bound and its first forward run, each alternate engine built), or no check.
+
+    A benchmark gives an accelerated executor untimed forwards until this holds
+    (:func:`~mx_trt.tools.cli.timing.warm_check`), as it gives native MXNet its
+    first forward, in which MXNet sets up its kernels: the timed forwards then hold
+    the steady state, whose probes cost at most the check's budget, and not the
+    first probe's one-time costs. O(sides).
+    """
+    stats = runtime_stats(exe)
+    if stats is None or stats["off"] is not None:
+        return True
+    return stats["probing"] is None and not stats["unprobed"]
+
+
 class RuntimeCheck:
     """One accelerated executor's choice, per inference forward, between its engines and its native twin.
 

@@ -22,7 +22,9 @@ backends); then the caller writes ``RUNS WARMUP SETTLE_MS``, the worker answers 
 of ``RUNS`` latencies in ms (after ``WARMUP`` untimed forwards, and more until they took
 ``SETTLE_MS``: :func:`~mx_trt.tools.cli.timing.measure`); ``stats`` asks for a JSON object (``native_share``: the
 share of the accelerated executor's forwards that native MXNet served, its run-time
-check, :mod:`mx_trt.runtime.twin`; ``null`` without one); ``quit`` ends it.
+check, :mod:`mx_trt.runtime.twin`; ``null`` without one); ``warm LIMIT_S`` runs untimed forwards until the
+accelerated executor's run-time check has probed every side once (at most ``LIMIT_S`` seconds) and answers
+``{"forwards": N, "seconds": S}``; ``quit`` ends it.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ import numpy as np
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
 from mx_trt.runtime.twin import native_share
-from mx_trt.tools.cli.timing import forward_fn, measure
+from mx_trt.tools.cli.timing import CHECK_WARMUP_S, forward_fn, measure, warm_check
 from mx_trt.settings import child_environment
 
 logger = logging.getLogger(__name__)
@@ -150,6 +152,16 @@ class NativeProcess:
         share = self._ask("stats").get("native_share")
         return None if share is None else float(share)
 
+    def warm_check(self, limit_s: float = CHECK_WARMUP_S) -> Tuple[int, float]:
+        """Untimed forwards in the worker until its executor's run-time check is warm
+        (:func:`~mx_trt.tools.cli.timing.warm_check`): (forwards, seconds); none natively.
+
+        Raises:
+            RuntimeError: the worker died.
+        """
+        got = self._ask(f"warm {limit_s:.3f}")
+        return int(got["forwards"]), float(got["seconds"])
+
     def _ask(self, request: str) -> Any:
         """The worker's JSON answer to one request line.
 
@@ -247,6 +259,10 @@ def _serve(spec_path: str) -> int:
             return 0
         if line.strip() == "stats":
             print(json.dumps({"native_share": native_share(exe)}), flush=True)
+            continue
+        if line.startswith("warm "):
+            n, seconds = warm_check(forward, exe, float(line.split()[1]))
+            print(json.dumps({"forwards": n, "seconds": seconds}), flush=True)
             continue
         runs, warmup, settle_ms = line.split()
         print(json.dumps(measure(forward, int(runs), int(warmup), settle_s=float(settle_ms) / 1e3)), flush=True)

@@ -561,3 +561,25 @@ def test_forwards_of_seconds_in_short_turns_are_all_compared():
     assert sides[load:].index(NATIVE) <= 2  # two slow forwards, then the probe
     assert sides[:load].count(NATIVE) == arb.PROBE_CALLS  # before the load: the first probe, four forwards
     assert a.current == NATIVE
+
+
+def test_stats_name_the_sides_no_probe_has_compared_yet():
+    """``unprobed`` and ``probing``: what a benchmark's warm-up waits for (runtime.twin.check_warm)."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012}
+    first = first_probe(lat[ENGINES])
+    simulate(a, clock, lambda i, s: lat[s], first)
+    assert a.stats()["unprobed"] == [NATIVE] and a.stats()["probing"] is None
+    simulate(a, clock, lambda i, s: lat[s], 1, start=first)
+    assert a.stats()["probing"] == NATIVE  # the probe under way: its forwards are MXNet's
+    simulate(a, clock, lambda i, s: lat[s], probe_calls(lat[NATIVE]) - 1, start=first + 1)
+    assert a.stats()["probing"] is None and a.stats()["unprobed"] == [] and a.probes == 1
+
+
+def test_a_seeded_check_has_no_side_left_to_probe():
+    """The bind's timings stood for the first probe of native MXNet."""
+    a = Arbiter(ENGINES, clock=Clock(), expect=BindTimes(engines=0.010, native=0.020))
+    assert a.seeded and a.stats()["unprobed"] == []
+    unseeded = Arbiter(ENGINES, clock=Clock(), expect=BindTimes(engines=0.010, native=0.011))
+    assert not unseeded.seeded and unseeded.stats()["unprobed"] == [NATIVE]

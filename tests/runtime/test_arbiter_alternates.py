@@ -137,3 +137,15 @@ def test_two_sides_cannot_be_dropped_to_none():
 def test_a_side_named_twice_is_refused():
     with pytest.raises(ValueError):
         Arbiter(ENGINES, clock=Clock(), alternates=[NATIVE])
+
+
+def test_an_alternate_stays_unprobed_until_its_own_first_probe():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.011}
+    sides = simulate(a, clock, lambda i, s: lat[s], 200)
+    assert NATIVE in sides and a.stats()["unprobed"] == ([ALT] if ALT not in sides else [])
+    while a.stats()["unprobed"] or a.stats()["probing"]:
+        simulate(a, clock, lambda i, s: lat[s], 1)
+        assert clock.t < 60.0, "the alternate was never probed"
+    assert ALT in a.probed and a.served[ALT] >= arb.PROBE_CALLS - 1

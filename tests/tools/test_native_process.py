@@ -25,12 +25,17 @@ def test_the_worker_times_forwards_and_reports_what_native_mxnet_served(monkeypa
         assert acc.engines == 1
         # Enough forwards of this tiny model for the check's first probe: it waits for 20 ms of the
         # engines' forwards and then for 20 ms of MXNet's before it compares.
+        assert acc.warm_check(0.0)[0] == 0  # a limit of 0 s: no forward
+        n, secs = acc.warm_check()
+        assert n >= 4 and secs > 0.0  # the engines' first forwards, then MXNet's probe: its twin bound and run
+        assert acc.warm_check()[0] == 0  # every side probed once: warm
         times = acc.run(3000, 1)
         assert len(times) == 3000 and all(t > 0 for t in times)
         share = acc.native_share()
-        # The first probe gave native MXNet four forwards at least (of 3002: one before "ready", a warm-up).
-        assert share is not None and 4 / 3002 <= share <= 1.0
+        # The first probe gave native MXNet four forwards at least (of 3002 and the warm-up's).
+        assert share is not None and 4 / (3002 + n) <= share <= 1.0
     with NativeProcess(sym, params, SHAPES, inputs) as native:
         assert native.engines == 0 and len(native.run(3)) == 3
+        assert native.warm_check()[0] == 0  # no check to warm
         assert len(native.run(2, 1, 0.02)) == 2  # a turn settled for 20 ms, then two timed forwards
         assert native.native_share() is None  # a native bind has no check

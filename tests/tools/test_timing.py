@@ -35,3 +35,56 @@ def test_settling_is_bounded_and_needs_a_warm_up():
     fn, calls = _counter(0.0)
     timing.measure(fn, 3, 0, settle_s=60.0)
     assert len(calls) == 3  # no warm-up asked: no settling either
+
+
+class _Check:
+    """An executor's run-time check as ``runtime_stats`` reads it: native MXNet unprobed until ``after`` forwards,
+    then probed over the next ``probe`` forwards."""
+
+    def __init__(self, after, probe=4, off=None):
+        self.calls, self.after, self.probe, self.off = 0, after, probe, off
+
+    def stats(self):
+        probing = "native" if self.after <= self.calls < self.after + self.probe else None
+        done = self.calls >= self.after + self.probe
+        return {"off": self.off, "probing": probing, "unprobed": [] if done else ["native"]}
+
+
+class _Exe:
+    def __init__(self, check):
+        if check is not None:
+            self._mx_trt_check = check
+
+
+def _forwards(exe):
+    def fn():
+        exe._mx_trt_check.calls += 1
+
+    return fn
+
+
+def test_warm_check_runs_until_every_side_was_probed_once():
+    exe = _Exe(_Check(after=8, probe=4))
+    n, secs = timing.warm_check(_forwards(exe), exe)
+    assert n == 12 and secs >= 0.0  # eight forwards of the engines, then the probe's four of MXNet
+    assert timing.warm_check(_forwards(exe), exe)[0] == 0  # warm already: nothing more
+
+
+def test_warm_check_takes_nothing_without_a_running_check():
+    calls = []
+    assert timing.warm_check(lambda: calls.append(1), _Exe(None))[0] == 0
+    assert timing.warm_check(lambda: calls.append(1), _Exe(_Check(after=8, off="the twin failed")))[0] == 0
+    assert calls == []
+
+
+def test_warm_check_is_bounded_and_says_so(caplog):
+    exe = _Exe(_Check(after=10 ** 9))
+
+    def slow():
+        exe._mx_trt_check.calls += 1
+        time.sleep(0.01)
+
+    with caplog.at_level("WARNING", logger="mx_trt.tools.cli.timing"):
+        n, secs = timing.warm_check(slow, exe, limit_s=0.05)
+    assert 1 <= n <= 6 and 0.05 <= secs < 1.0
+    assert "had not probed every side" in caplog.text

@@ -24,7 +24,7 @@ from mx_trt.tools.cli.options import (
     shapes_text,
     with_batch,
 )
-from mx_trt.tools.cli.timing import SETTLE_S, Progress, forward_fn, latency_stats, measure
+from mx_trt.tools.cli.timing import SETTLE_S, Progress, forward_fn, latency_stats, measure, warm_check
 from mx_trt.runtime.twin import native_share
 from mx_trt.tools.native_process import NativeProcess, equal_thread_workers
 
@@ -77,6 +77,9 @@ class BenchRow:
     #: The share of each accelerated executor's forwards that native MXNet served (its run-time
     #: check, ``mx_trt.runtime.twin``), by the same keys as :attr:`kept`; ``None``: no check.
     native_served: Dict[str, Optional[float]] = field(default_factory=dict)
+    #: Untimed forwards (and their seconds) each accelerated executor took before the timed ones for its
+    #: run-time check's first probes (:func:`~mx_trt.tools.cli.timing.warm_check`), by the keys of :attr:`kept`.
+    check_warmup: Dict[str, Tuple[int, float]] = field(default_factory=dict)
 
     def ratios(self) -> Dict[str, Optional[float]]:
         acc = self.accelerated["median_ms"]
@@ -105,6 +108,7 @@ class BenchRow:
             "native_equal_threads_note": self.native_threads_note,
             "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
             "native_served": self.native_served, "ratios": self.ratios(),
+            "check_warmup": {k: {"forwards": n, "seconds": t} for k, (n, t) in self.check_warmup.items()},
         }
 
 
@@ -130,6 +134,11 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     bind, in a second worker: its native operators and its measured decisions
     then see MXNet at that thread count, as in the process of a user who sets
     ``OMP_NUM_THREADS``.
+
+    Before its timed runs, each accelerated executor is run untimed until its
+    run-time check has probed every side once (:func:`~mx_trt.tools.cli.timing.warm_check`:
+    the twin's bind and first forward, as native MXNet's first forward is left out
+    of its own times); what that took is reported (``check_warmup``).
     """
     bshapes = with_batch(shapes, batch)
     feeds = random_inputs(bshapes, seed)
@@ -164,6 +173,9 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         by_side, failed = equal_thread_workers(ckpt.symbol, ckpt.params, bshapes, feeds, threads=settings.ort_threads)
         workers = {f"{side} equal threads": w for side, w in by_side.items()}
         worker_note = "; ".join(f"{side} equal threads: {why}" for side, why in failed.items())
+    check_warmup = {"default": warm_check(variants["accelerated"], exe)}
+    if "accelerated equal threads" in workers:
+        check_warmup["equal threads"] = workers["accelerated equal threads"].warm_check()
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in [*variants, *workers]}
     served: Dict[str, Optional[float]] = {}
@@ -199,7 +211,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
                    nat_w.threads if nat_w is not None else 0, worker_note,
                    latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
-                   served)
+                   served, check_warmup)
     del exe, info, engine, native, variants
     return row
 
@@ -280,6 +292,9 @@ def run(args: argparse.Namespace) -> int:
             kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}{served_note(r.native_served.get(k))}"
                              for k, v in r.kept.items())
             print(f"batch {r.batch}: engines kept ({kept})")
+            warm = "; ".join(f"{k}: {n} forwards, {t:.2f} s" for k, (n, t) in r.check_warmup.items() if n)
+            if warm:
+                print(f"batch {r.batch}: untimed before the timed runs, for the run-time check's first probes ({warm})")
             if r.whole_model is None:
                 print(f"batch {r.batch}: whole model {r.whole_model_note}")
     return EXIT_OK

@@ -6,11 +6,12 @@ import math
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
 from mx_trt.pipeline.measure import SETTLE_S as MEASURED_SETTLE_S, settle_turn
+from mx_trt.runtime.twin import check_warm
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,31 @@ def measure(fn: Callable[[], None], runs: int, warmup: int, tick: Optional[Calla
         if tick:
             tick()
     return out
+
+
+#: Seconds of untimed forwards at most that :func:`warm_check` gives an accelerated executor: its run-time
+#: check's first probe comes after its first eight forwards and takes four more (Faster R-CNN, about two
+#: seconds a forward: 24 s); an alternate engine's first probe waits half a second after the one before.
+CHECK_WARMUP_S = 60.0
+
+
+def warm_check(fn: Callable[[], None], exe: Any, limit_s: float = CHECK_WARMUP_S) -> Tuple[int, float]:
+    """Untimed calls of ``fn`` (one waited-for forward of ``exe``) until ``exe``'s run-time check has paid its
+    one-time costs (:func:`~mx_trt.runtime.twin.check_warm`), for ``limit_s`` seconds at most (a warning then).
+
+    Returns (forwards, seconds): what the check's first probes cost the caller beyond its steady state is
+    part of it. An executor without a check, or one whose bind's timings stood for the first probe, takes none.
+    """
+    t0 = time.perf_counter()
+    n = 0
+    while not check_warm(exe):
+        if time.perf_counter() - t0 >= limit_s:
+            logger.warning("the run-time check had not probed every side after %d untimed forwards (%.1f s); "
+                           "timing from here", n, time.perf_counter() - t0)
+            break
+        fn()
+        n += 1
+    return n, time.perf_counter() - t0
 
 
 def forward_fn(exe: Any) -> Callable[[], None]:

@@ -292,7 +292,8 @@ class Arbiter:
         self.switches = 0
         #: The side of the last settled probe (``None``: none yet).
         self.last_probed: Optional[str] = None
-        #: The sides probed at least once (native MXNet also when the bind's timings stand for its first probe).
+        #: The sides a settled probe has compared (as its target or as the side serving then; native MXNet also
+        #: when the bind's timings stand for its first probe).
         self.probed: Set[str] = set()
         self.served: Dict[str, int] = {s: 0 for s in self.sides}
         self.medians: Dict[str, Optional[float]] = {s: None for s in self.sides}
@@ -460,7 +461,7 @@ class Arbiter:
         probe, current = statistics.median(self._probe), self._window.median()
         self.probes += 1
         self.last_probed = target
-        self.probed.add(target)
+        self.probed.update((target, self.current))  # both were compared, whichever serves next
         self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
         # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),

@@ -583,3 +583,14 @@ def test_a_seeded_check_has_no_side_left_to_probe():
     assert a.seeded and a.stats()["unprobed"] == []
     unseeded = Arbiter(ENGINES, clock=Clock(), expect=BindTimes(engines=0.010, native=0.011))
     assert not unseeded.seeded and unseeded.stats()["unprobed"] == [NATIVE]
+
+
+def test_a_side_that_served_before_a_switch_counts_as_compared():
+    """The engines lose the first probe: MXNet serves, and no side is left unprobed (the engines were compared)."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    lat = {ENGINES: 0.020, NATIVE: 0.010}
+    first = first_probe(lat[ENGINES])
+    simulate(a, clock, lambda i, s: lat[s], first + probe_calls(lat[NATIVE]))
+    assert a.current == NATIVE and a.switches == 1
+    assert a.stats()["unprobed"] == [] and a.probed == {ENGINES, NATIVE}

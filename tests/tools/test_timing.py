@@ -56,17 +56,20 @@ class _Exe:
             self._mx_trt_check = check
 
 
-def _forwards(exe):
+def _forwards(exe, seconds=0.0):
     def fn():
         exe._mx_trt_check.calls += 1
+        if seconds:
+            time.sleep(seconds)
 
     return fn
 
 
 def test_warm_check_runs_until_every_side_was_probed_once():
     exe = _Exe(_Check(after=8, probe=4))
-    n, secs = timing.warm_check(_forwards(exe), exe)
-    assert n == 12 and secs >= 0.0  # eight forwards of the engines, then the probe's four of MXNet
+    n, secs = timing.warm_check(_forwards(exe, 0.002), exe)
+    assert n == 12  # eight forwards of the engines, then the probe's four of MXNet
+    assert 12 * 0.002 <= secs < 1.0  # their time, the untimed forwards' included
     assert timing.warm_check(_forwards(exe), exe)[0] == 0  # warm already: nothing more
 
 

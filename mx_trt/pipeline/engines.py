@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -38,6 +39,10 @@ from mx_trt.runtime.fused_op import FusedEngine, register_engine
 from mx_trt.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: A timed decision's other candidates within this factor of the kept engine's bind timing stay in the
+#: run-time check's comparison (:meth:`_MeasuredRule._alternatives`): a few rounds at the bind spread by more.
+ALTERNATE_WITHIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -211,17 +216,36 @@ class _MeasuredRule:
         decision, chosen = self.measurer.decide(sg, ins, outs, jobs, self.direct, self.checked)
         if chosen is None:
             return decision, None
-        if decision.how == "checked" and self.direct and decision.engine is not None:
-            # Kept untimed: the run-time check compares the other candidates too, each built at its first probe,
-            # and the engine it keeps becomes the decision a later bind starts with.
-            self.alternates[sg.name] = [(candidate_label(c), functools.partial(_engine_of, self.providers[c[0]], job))
-                                        for c, job in jobs.items() if c != decision.engine]
+        others = self._alternatives(decision, jobs)
+        if others and decision.engine is not None:
+            # The run-time check compares these candidates too, each built at its first probe, and the engine
+            # it keeps becomes the decision a later bind starts with.
+            self.alternates[sg.name] = [(candidate_label(c), functools.partial(_engine_of, self.providers[c[0]],
+                                                                               jobs[c])) for c in others]
             self.keepers[sg.name] = functools.partial(_keep_choice, self.measurer.keeper(sg.name, jobs, self.direct),
                                                       {candidate_label(c): c for c in jobs}, decision.engine)
         engine, source, (backend, precision) = chosen
         fp32 = precision == "fp32" and settings.precision != "fp32"
         return decision, (engine, source, (self.providers[backend], self.exporter32 if fp32 else self.exporter,
                                            self.settings32 if fp32 else settings, None if fp32 else self.int8))
+
+    def _alternatives(self, decision: Decision, jobs: Mapping[Tuple[str, str], SubgraphJob]) -> List[Tuple[str, str]]:
+        """The other candidates the run-time check of a whole model in one engine compares on its forwards.
+
+        A ``checked`` decision kept its engine untimed: every other candidate. A timed one (``measured``,
+        stored or not): those whose bind timing came within :data:`ALTERNATE_WITHIN` of the kept engine's,
+        a pick a few rounds at the bind cannot make surely (ResNet-18 at two threads: ONNX Runtime kept at
+        17.9 ms a forward, where OpenVINO's engine ran 16.0 and MXNet 16.9). None otherwise. O(candidates).
+        """
+        if not (self.direct and self.checked) or decision.engine is None:
+            return []
+        others = [c for c in jobs if c != decision.engine]
+        if decision.how == "checked":
+            return others
+        kept = decision.engine_ms.get(candidate_label(decision.engine))
+        if decision.how != "measured" or kept is None:
+            return []
+        return [c for c in others if decision.engine_ms.get(candidate_label(c), math.inf) <= ALTERNATE_WITHIN * kept]
 
     def counts(self) -> Tuple[int, int, int]:
         """Engines built, loaded and reused over every candidate backend."""

@@ -203,17 +203,50 @@ def test_a_warm_bind_of_a_checked_decision_has_the_alternates_too(model, monkeyp
     assert OtherCpu.builds == 0
 
 
-def test_a_timed_decision_has_no_alternates(model, monkeypatch, two_candidates):
-    """The bind timed every candidate against MXNet: the one it kept is the fastest, nothing left to compare."""
+class _Timings:
+    """The measured rule's timer with fixed medians: MXNet ``native_ms``, the candidates ``engine_ms`` in order
+    (ONNX Runtime, then other_cpu); each executor still runs once."""
+
+    def __init__(self, native_ms, engine_ms):
+        self.native_ms, self.engine_ms = native_ms, list(engine_ms)
+
+    def __call__(self, native, engines, seconds, budget_s, **kw):
+        native()
+        for run in engines:
+            run()
+        return self.native_ms, list(self.engine_ms), [ms / self.native_ms for ms in self.engine_ms]
+
+
+def test_a_timed_decision_has_no_alternates_when_the_others_were_clearly_slower(model, monkeypatch, two_candidates):
+    """The bind timed every candidate against MXNet and the runner-up was 1.5x slower: nothing left to compare."""
     monkeypatch.setattr(measure, "LONG_RUN_S", 3600.0)
+    monkeypatch.setattr(measure, "default_timer", _Timings(20.0, [10.0, 15.0]))
     sym, args, aux = model
     exe = _bind(sym, args, aux, monkeypatch)
     info = mx_trt.bind_info(exe)
     (decision,) = info.decisions.values()
-    assert decision.how == "measured"
-    if info.engines:
-        assert info.engines[0].alternates == []
+    assert decision.how == "measured" and decision.engine == ("onnxruntime", "fp32")
+    assert info.engines[0].alternates == []
     assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE]
+
+
+def test_a_timed_decision_keeps_a_near_runner_up_as_an_alternate(model, monkeypatch, two_candidates):
+    """The runner-up came within ALTERNATE_WITHIN at the bind: a near pick, which the check compares on the
+    executor's own forwards; so does a later bind that reads the stored decision."""
+    monkeypatch.setattr(measure, "LONG_RUN_S", 3600.0)
+    monkeypatch.setattr(measure, "default_timer", _Timings(20.0, [10.5, 10.0]))
+    sym, args, aux = model
+    exe = _bind(sym, args, aux, monkeypatch)
+    info = mx_trt.bind_info(exe)
+    (decision,) = info.decisions.values()
+    assert decision.how == "measured" and decision.engine == ("other_cpu", "fp32") and not decision.stored
+    assert [label for label, _ in info.engines[0].alternates] == ["onnxruntime fp32"]
+    assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE, "onnxruntime fp32"]
+    engines.clear_pool()
+    again = mx_trt.bind_info(_bind(sym, args, aux, monkeypatch))
+    (stored,) = again.decisions.values()
+    assert stored.stored and stored.how == "measured"
+    assert [label for label, _ in again.engines[0].alternates] == ["onnxruntime fp32"]
 
 
 def test_a_reshaped_executor_compares_its_engines_with_mxnet_alone(model, monkeypatch, two_candidates):

@@ -217,14 +217,20 @@ class _Timings:
         return self.native_ms, list(self.engine_ms), [ms / self.native_ms for ms in self.engine_ms]
 
 
-def test_a_timed_decision_has_no_alternates_when_the_others_were_clearly_slower(model, monkeypatch, two_candidates):
-    """The bind timed every candidate against MXNet and the runner-up was 1.5x slower: nothing left to compare."""
+def _timed_bind(model, monkeypatch, engine_ms):
+    """An accelerated executor whose bind timed the candidates at ``engine_ms`` (MXNet at 20 ms): the executor,
+    its BindInfo and its one decision."""
     monkeypatch.setattr(measure, "LONG_RUN_S", 3600.0)
-    monkeypatch.setattr(measure, "default_timer", _Timings(20.0, [10.0, 15.0]))
-    sym, args, aux = model
-    exe = _bind(sym, args, aux, monkeypatch)
+    monkeypatch.setattr(measure, "default_timer", _Timings(20.0, engine_ms))
+    exe = _bind(*model, monkeypatch)
     info = mx_trt.bind_info(exe)
     (decision,) = info.decisions.values()
+    return exe, info, decision
+
+
+def test_a_timed_decision_has_no_alternates_when_the_others_were_clearly_slower(model, monkeypatch, two_candidates):
+    """The bind timed every candidate against MXNet and the runner-up was 1.5x slower: nothing left to compare."""
+    exe, info, decision = _timed_bind(model, monkeypatch, [10.0, 15.0])
     assert decision.how == "measured" and decision.engine == ("onnxruntime", "fp32")
     assert info.engines[0].alternates == []
     assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE]
@@ -233,17 +239,12 @@ def test_a_timed_decision_has_no_alternates_when_the_others_were_clearly_slower(
 def test_a_timed_decision_keeps_a_near_runner_up_as_an_alternate(model, monkeypatch, two_candidates):
     """The runner-up came within ALTERNATE_WITHIN at the bind: a near pick, which the check compares on the
     executor's own forwards; so does a later bind that reads the stored decision."""
-    monkeypatch.setattr(measure, "LONG_RUN_S", 3600.0)
-    monkeypatch.setattr(measure, "default_timer", _Timings(20.0, [10.5, 10.0]))
-    sym, args, aux = model
-    exe = _bind(sym, args, aux, monkeypatch)
-    info = mx_trt.bind_info(exe)
-    (decision,) = info.decisions.values()
+    exe, info, decision = _timed_bind(model, monkeypatch, [10.5, 10.0])
     assert decision.how == "measured" and decision.engine == ("other_cpu", "fp32") and not decision.stored
     assert [label for label, _ in info.engines[0].alternates] == ["onnxruntime fp32"]
     assert exe._mx_trt_check.arbiter.sides == [ENGINES, NATIVE, "onnxruntime fp32"]
     engines.clear_pool()
-    again = mx_trt.bind_info(_bind(sym, args, aux, monkeypatch))
+    again = mx_trt.bind_info(_bind(*model, monkeypatch))
     (stored,) = again.decisions.values()
     assert stored.stored and stored.how == "measured"
     assert [label for label, _ in again.engines[0].alternates] == ["onnxruntime fp32"]

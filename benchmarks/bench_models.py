@@ -207,7 +207,7 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
     from busy import BusyCore, deadline_for
 
     from mx_trt.builder import engines
-    from mx_trt.runtime.twin import native_share
+    from mx_trt.runtime.twin import served_shares
     from mx_trt.tools.cli.timing import SETTLE_S, measure, warm_check
 
     exes: Dict[str, Any] = {}
@@ -276,8 +276,8 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                         busy_throughout = helper.stop(f"{name} batch {batch}")
                 quiet_s = quiet_s or time.perf_counter() - t0
                 by_condition[cond] = {v: statistics.median(ts) for v, ts in times.items()}
-            served = {"default": native_share(exes["measured"]),
-                      "equal threads": workers[EQUAL_MEASURED].native_share() if EQUAL_MEASURED in workers else None}
+            served = {"default": served_shares(exes["measured"]),
+                      "equal threads": workers[EQUAL_MEASURED].served_shares() if EQUAL_MEASURED in workers else None}
         finally:
             for worker in workers.values():
                 worker.close()
@@ -302,7 +302,8 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "measured_engines_equal_threads": acc_w.engines if acc_w is not None else None,
         "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
-        "native_served": served,
+        "native_served": {k: None if v is None else v.get("native", 0.0) for k, v in served.items()},
+        "served": served,
         "check_warmup": check_warmup,
         "busy_throughout": busy_throughout,
     }
@@ -334,6 +335,8 @@ def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown tables: the partition, and the three rules side by side."""
+    from mx_trt.tools.cli.bench import served_cell
+
     out = ["| model | input | ops in engines | engines | left native (reason) | native ms | accelerated ms | native/accelerated |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     first = [r for r in rows if r.get("batch", 1) == 1] or list(rows)
@@ -358,9 +361,8 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
 
     for r in rows:
         m = r["median_ms"]
-        kept, served = r.get("kept") or {}, r.get("native_served") or {}
-        kept_txt = " / ".join(("native" if v == [] else "-" if v is None else ", ".join(v))
-                              + (f" ({served[k]:.0%} native)" if served.get(k) else "")
+        kept = r.get("kept") or {}
+        kept_txt = " / ".join(("native" if v == [] else "-" if v is None else ", ".join(v)) + served_cell(r, k)
                               for k, v in ((k, kept.get(k)) for k in ("default", "equal threads")))
         ratios = r.get("ratios", {})
         early = " (busy helper ended early)" if r.get("busy_throughout") is False else ""

@@ -413,10 +413,6 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     return rows
 
 
-def _served(share: Optional[float]) -> str:
-    return f" ({share:.0%} native)" if share else ""
-
-
 def _mean_ratio(native: Optional[Dict[str, Any]], accelerated: Optional[Dict[str, Any]]) -> Optional[float]:
     """Native's mean latency over the accelerated one's, or ``None`` when either is missing."""
     if not native or not accelerated or not accelerated.get("mean_ms"):
@@ -512,6 +508,8 @@ def render_tables(res: Dict[str, Any]) -> str:
         out.append(_table(["case", "through MXNet", "engine run", "overhead", "no-op custom op", "overhead/no-op",
                            "direct overhead"], rows))
         out.append("")
+    from mx_trt.tools.cli.bench import served_cell
+
     for key, title in (("end_to_end", "End to end"), ("busy", "Busy machine: quiet, then one core kept busy")):
         if not res.get(key):
             continue
@@ -526,7 +524,6 @@ def render_tables(res: Dict[str, Any]) -> str:
             eq = r.get("native_equal_threads")
             acc_eq = r.get("accelerated_equal_threads")
             kept = r.get("engines_kept") or {}
-            served = r.get("native_served") or {}
             ratios = r["ratios"]
             aw = ratios["accelerated/whole_model"]
             rows.append([
@@ -541,7 +538,7 @@ def render_tables(res: Dict[str, Any]) -> str:
                 _ratio(ratios.get("native_equal_threads/accelerated_equal_threads")),
                 _ratio(_mean_ratio(r["native"], r["accelerated"])), _ratio(_mean_ratio(eq, acc_eq)),
                 f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
-                " / ".join((", ".join(v) or "native") + _served(served.get(k)) for k, v in kept.items()) or "-",
+                " / ".join((", ".join(v) or "native") + served_cell(r, k) for k, v in kept.items()) or "-",
                 f"{r['bind_s']['accelerated']:.1f}",
             ])
         out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated",

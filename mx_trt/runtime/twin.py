@@ -76,14 +76,22 @@ def runtime_stats(exe: Any) -> Optional[Dict[str, Any]]:
     return None if check is None else check.stats()
 
 
-def native_share(exe: Any) -> Optional[float]:
-    """The share of ``exe``'s inference forwards its native twin served, or ``None``: no run-time check."""
+def served_shares(exe: Any) -> Optional[Dict[str, float]]:
+    """Each side's share of ``exe``'s inference forwards (``engines``, ``native``, an alternate engine's
+    label), of all its forwards; sides that served none are left out; ``None``: no run-time check. O(sides)."""
     stats = runtime_stats(exe)
     if stats is None:
         return None
     served = stats["served"]
-    total = served[ENGINES] + served[NATIVE]
-    return served[NATIVE] / total if total else 0.0
+    total = sum(served.values())
+    return {side: n / total for side, n in served.items() if n} if total else {}
+
+
+def native_share(exe: Any) -> Optional[float]:
+    """The share of ``exe``'s inference forwards its native twin served (of all, alternates' included),
+    or ``None``: no run-time check."""
+    shares = served_shares(exe)
+    return None if shares is None else shares.get(NATIVE, 0.0)
 
 
 def check_warm(exe: Any) -> bool:

@@ -20,9 +20,9 @@ Protocol (one line each way): the worker first writes ``ready`` and a JSON
 object (``engines``: the accelerated bind's engine count, ``backends``: their
 backends); then the caller writes ``RUNS WARMUP SETTLE_MS``, the worker answers a JSON list
 of ``RUNS`` latencies in ms (after ``WARMUP`` untimed forwards, and more until they took
-``SETTLE_MS``: :func:`~mx_trt.tools.cli.timing.measure`); ``stats`` asks for a JSON object (``native_share``: the
-share of the accelerated executor's forwards that native MXNet served, its run-time
-check, :mod:`mx_trt.runtime.twin`; ``null`` without one); ``warm LIMIT_S`` runs untimed forwards until the
+``SETTLE_MS``: :func:`~mx_trt.tools.cli.timing.measure`); ``stats`` asks for a JSON object (``served``: each
+side's share of the accelerated executor's forwards, as its run-time check chose them,
+:func:`mx_trt.runtime.twin.served_shares`; ``null`` without one); ``warm LIMIT_S`` runs untimed forwards until the
 accelerated executor's run-time check has probed every side once (at most ``LIMIT_S`` seconds) and answers
 ``{"forwards": N, "seconds": S}``; ``quit`` ends it.
 """
@@ -41,7 +41,8 @@ import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
-from mx_trt.runtime.twin import native_share
+from mx_trt.runtime.arbiter import NATIVE
+from mx_trt.runtime.twin import served_shares
 from mx_trt.tools.cli.timing import CHECK_WARMUP_S, forward_fn, measure, warm_check
 from mx_trt.settings import child_environment
 
@@ -143,14 +144,24 @@ class NativeProcess:
         """
         return [float(x) for x in self._ask(f"{runs} {warmup} {settle_s * 1e3:.3f}")]
 
+    def served_shares(self) -> Optional[Dict[str, float]]:
+        """Each side's share of the worker's forwards (its executor's run-time check:
+        :func:`~mx_trt.runtime.twin.served_shares`), or ``None``: no check.
+
+        Raises:
+            RuntimeError: the worker died.
+        """
+        shares = self._ask("stats").get("served")
+        return None if shares is None else {str(k): float(v) for k, v in shares.items()}
+
     def native_share(self) -> Optional[float]:
         """The share of the worker's forwards that native MXNet served (the run-time check), or ``None``.
 
         Raises:
             RuntimeError: the worker died.
         """
-        share = self._ask("stats").get("native_share")
-        return None if share is None else float(share)
+        shares = self.served_shares()
+        return None if shares is None else shares.get(NATIVE, 0.0)
 
     def warm_check(self, limit_s: float = CHECK_WARMUP_S) -> Tuple[int, float]:
         """Untimed forwards in the worker until its executor's run-time check is warm
@@ -258,7 +269,7 @@ def _serve(spec_path: str) -> int:
         if not line or line.strip() == "quit":
             return 0
         if line.strip() == "stats":
-            print(json.dumps({"native_share": native_share(exe)}), flush=True)
+            print(json.dumps({"served": served_shares(exe)}), flush=True)
             continue
         if line.startswith("warm "):
             n, seconds = warm_check(forward, exe, float(line.split()[1]))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import mxnet as mx
 import numpy as np
+import pytest
 
 from mx_trt.tools.native_process import NativeProcess
 
@@ -32,6 +33,8 @@ def test_the_worker_times_forwards_and_reports_what_native_mxnet_served(monkeypa
         times = acc.run(3000, 1)
         assert len(times) == 3000 and all(t > 0 for t in times)
         share = acc.native_share()
+        shares = acc.served_shares()
+        assert shares is not None and sum(shares.values()) == pytest.approx(1.0) and set(shares) <= {"engines", "native"}
         # The first probe gave native MXNet four forwards at least (of 3002 and the warm-up's).
         assert share is not None and 4 / (3002 + n) <= share <= 1.0
     with NativeProcess(sym, params, SHAPES, inputs) as native:

@@ -25,7 +25,8 @@ from mx_trt.tools.cli.options import (
     with_batch,
 )
 from mx_trt.tools.cli.timing import SETTLE_S, Progress, forward_fn, latency_stats, measure, warm_check
-from mx_trt.runtime.twin import native_share
+from mx_trt.runtime.arbiter import ENGINES, NATIVE
+from mx_trt.runtime.twin import served_shares
 from mx_trt.tools.native_process import NativeProcess, equal_thread_workers
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class BenchRow:
     #: The share of each accelerated executor's forwards that native MXNet served (its run-time
     #: check, ``mx_trt.runtime.twin``), by the same keys as :attr:`kept`; ``None``: no check.
     native_served: Dict[str, Optional[float]] = field(default_factory=dict)
+    #: Each side's share of those forwards (``engines``: the kept ones, ``native``, an alternate engine
+    #: such as ``openvino fp32``: :func:`~mx_trt.runtime.twin.served_shares`), by the keys of :attr:`kept`.
+    served: Dict[str, Optional[Dict[str, float]]] = field(default_factory=dict)
     #: Untimed forwards (and their seconds) each accelerated executor took before the timed ones for its
     #: run-time check's first probes (:func:`~mx_trt.tools.cli.timing.warm_check`), by the keys of :attr:`kept`.
     check_warmup: Dict[str, Tuple[int, float]] = field(default_factory=dict)
@@ -107,7 +111,7 @@ class BenchRow:
             "native_equal_threads": self.native_threads, "threads": self.threads,
             "native_equal_threads_note": self.native_threads_note,
             "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
-            "native_served": self.native_served, "ratios": self.ratios(),
+            "native_served": self.native_served, "served": self.served, "ratios": self.ratios(),
             "check_warmup": {k: {"forwards": n, "seconds": t} for k, (n, t) in self.check_warmup.items()},
         }
 
@@ -178,7 +182,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         check_warmup["equal threads"] = workers["accelerated equal threads"].warm_check()
     rounds = max(1, min(BENCH_ROUNDS, runs))
     times: Dict[str, List[float]] = {k: [] for k in [*variants, *workers]}
-    served: Dict[str, Optional[float]] = {}
+    shares: Dict[str, Optional[Dict[str, float]]] = {}
     try:
         order = [*variants, *workers]
         for r in range(rounds):
@@ -193,9 +197,9 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                     continue
                 progress.phase(f"batch {batch}: {name}, round {r + 1}/{rounds}")
                 times[name] += measure(variants[name], n, warmup if r == 0 else 1, progress.advance, SETTLE_S)
-        served["default"] = native_share(exe)
+        shares["default"] = served_shares(exe)
         if "accelerated equal threads" in workers:
-            served["equal threads"] = workers["accelerated equal threads"].native_share()
+            shares["equal threads"] = workers["accelerated equal threads"].served_shares()
     finally:
         for worker in workers.values():
             worker.close()
@@ -211,14 +215,34 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
                    nat_w.threads if nat_w is not None else 0, worker_note,
                    latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
-                   served, check_warmup)
+                   {k: None if v is None else v.get(NATIVE, 0.0) for k, v in shares.items()}, shares, check_warmup)
     del exe, info, engine, native, variants
     return row
 
 
-def served_note(share: Optional[float]) -> str:
-    """`` (native MXNet served 12% of forwards)`` when the run-time check gave it any, else empty."""
-    return f" (native MXNet served {share:.0%} of forwards)" if share else ""
+def served_text(shares: Optional[Mapping[str, float]]) -> str:
+    """``native 12%, openvino fp32 80%``: the sides of a run-time check other than the engines the bind kept
+    that served any of its forwards, with their shares of all (:func:`~mx_trt.runtime.twin.served_shares`);
+    empty when the kept engines served every forward or there is no check. O(sides)."""
+    return ", ".join(f"{side} {share:.0%}" for side, share in sorted((shares or {}).items())
+                     if side != ENGINES and share >= 0.005)
+
+
+def served_cell(row: Mapping[str, Any], key: str) -> str:
+    """`` (native 12%, openvino fp32 80%)``: what served a benchmark row's accelerated executor ``key``
+    (``default``, ``equal threads``) besides its kept engines, or empty. Reads the row's ``served``; rows
+    written before it was recorded hold only ``native_served``."""
+    shares = (row.get("served") or {}).get(key)
+    if shares is None and (row.get("native_served") or {}).get(key):
+        shares = {NATIVE: row["native_served"][key]}
+    text = served_text(shares)
+    return f" ({text})" if text else ""
+
+
+def served_note(shares: Optional[Mapping[str, float]]) -> str:
+    """`` (served besides the kept engines: native 12%)``, or empty (:func:`served_text`)."""
+    text = served_text(shares)
+    return f" (served besides the kept engines: {text})" if text else ""
 
 
 def _fmt_ratio(x: Optional[float]) -> str:
@@ -289,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
                  "in worker processes" if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))
         for r in rows:
-            kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}{served_note(r.native_served.get(k))}"
+            kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}{served_note(r.served.get(k))}"
                              for k, v in r.kept.items())
             print(f"batch {r.batch}: engines kept ({kept})")
             warm = "; ".join(f"{k}: {n} forwards, {t:.2f} s" for k, (n, t) in r.check_warmup.items() if n)

@@ -16,7 +16,8 @@ own forwards, in their own spacing and load: every forward is timed (the guarded
 forward waits for its outputs anyway), and now and then the next forwards go to
 the other side (a *probe*), until :data:`PROBE_CALLS` ``- 1`` of them are
 compared. The other side takes over when the median of those is at most
-:data:`KEEP_BELOW` of the median of the current side's *window*: its latest
+:data:`KEEP_BELOW` (an engine) or :data:`TO_NATIVE_BELOW` (native MXNet: as
+soon as the engine is no faster) of the median of the current side's *window*: its latest
 compared forwards, :data:`WINDOW` at least (:data:`LONG_WINDOW` when they take
 :data:`HOLD_BELOW_S` or more) and as many more as took :data:`WINDOW_S`, so
 that a few forwards slowed by something passing cannot move a fast model's
@@ -133,8 +134,15 @@ WARMUP = 3
 MIN_GAP_S = 0.5
 #: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
 BUDGET = 0.02
-#: The other side takes over when its probe's median is at most this fraction of the current side's.
+#: An engine (the bind's, or an alternate) takes over when its probe's median is at most this fraction of the
+#: serving side's: clearly faster, as the bind keeps an engine (``passes.cost.KEEP_BELOW``).
 KEEP_BELOW = 0.95
+#: Native MXNet takes over when its probe's median is at most this fraction of the serving engine's: as soon
+#: as the engine is no longer faster. Between this and :data:`KEEP_BELOW` whichever side serves keeps serving,
+#: so noise at a tie cannot make the sides alternate, and a tie settles on MXNet: an executor whose engines
+#: are 1-5% slower than MXNet (Faster R-CNN FPN at equal threads, 4% in run Y9; Inception v3 with a core busy,
+#: 1%) no longer keeps them for want of a 5% lead.
+TO_NATIVE_BELOW = 1.0
 #: A bind that measured the whole executor (one engine holding every operator) and found native MXNet at least
 #: this many times slower, or measured MXNet's first forward too, lets the first probe wait for its budget like
 #: the others, instead of coming after :data:`FIRST_AFTER` forwards: a twin's first forward (VGG-11 at batch 1:
@@ -468,7 +476,7 @@ class Arbiter:
         # an alternate engine built.
         self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe)
         self.medians[target], self.medians[self.current] = probe, current
-        if probe <= KEEP_BELOW * current:
+        if probe <= switch_margin(target) * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "
                         "forwards)", self.name, "the engines now serve" if target == ENGINES else
                         f"{side_words(target)} now serves", probe * 1e3, current * 1e3, side_words(self.current))
@@ -502,6 +510,12 @@ class Arbiter:
                 "switches": self.switches, "seeded": self.seeded, "probing": self._target,
                 "unprobed": [s for s in self.sides if s != self.current and s not in self.probed],
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
+
+
+def switch_margin(target: str) -> float:
+    """The fraction of the serving side's median that a probe of ``target`` must reach for ``target`` to take
+    over: :data:`TO_NATIVE_BELOW` for native MXNet, :data:`KEEP_BELOW` for an engine."""
+    return TO_NATIVE_BELOW if target == NATIVE else KEEP_BELOW
 
 
 def side_words(side: str) -> str:

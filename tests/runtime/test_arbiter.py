@@ -229,12 +229,33 @@ def test_a_close_bind_that_timed_mxnets_first_forward_makes_the_first_probe_wait
 
 
 def test_a_near_tie_does_not_flap():
-    clock = Clock()
-    a = Arbiter(ENGINES, clock=clock)
-    rng = random.Random(0)
-    simulate(a, clock, lambda i, s: 0.002 * rng.uniform(0.98, 1.02) * (1.01 if s == NATIVE else 1.0), 20000)
-    assert a.probes > 10
-    assert a.switches == 0
+    """Engines 1% ahead within 2% noise: a probe of MXNet may find it no slower and hand it the forwards
+    (TO_NATIVE_BELOW); the engines then need a 5% lead to come back (KEEP_BELOW), so the sides do not
+    alternate, and the tie settles on MXNet."""
+    for seed in range(5):
+        clock = Clock()
+        a = Arbiter(ENGINES, clock=clock)
+        rng = random.Random(seed)
+        sides = simulate(a, clock, lambda i, s: 0.002 * rng.uniform(0.98, 1.02) * (1.01 if s == NATIVE else 1.0),
+                         20000)
+        assert a.probes > 10
+        assert a.switches <= 1 and a.current == (NATIVE if a.switches else ENGINES)
+        assert sides[-2000:].count(a.current) >= 0.9 * 2000  # the other side serves only its probes
+
+
+def test_mxnet_takes_over_from_engines_that_are_slower_by_less_than_the_engines_margin():
+    """Engines 3% slower than MXNet (a tie at equal threads, Faster R-CNN FPN): MXNet serves after the first
+    probe, although it is not 5% faster; engines 3% faster than MXNet serving do not take over."""
+    for first, engines_s, served_by in ((ENGINES, 0.0103, NATIVE), (NATIVE, 0.0097, NATIVE)):
+        clock = Clock()
+        a = Arbiter(first, clock=clock)
+        rng = random.Random(2)
+        sides = simulate(a, clock, lambda i, s: (engines_s if s == ENGINES else 0.010) * rng.uniform(0.995, 1.005),
+                         3000)
+        assert a.current == served_by and a.switches == (1 if first != served_by else 0)
+        # The other side serves its probes only: at least MIN_GAP_S apart (50 forwards of 10 ms), each of about
+        # six forwards (PROBE_CALLS, and those within SETTLE_S of the probe's start held back).
+        assert sides[1000:].count(served_by) >= 0.85 * 2000
 
 
 def test_probes_after_the_first_wait_for_their_budget():
@@ -373,7 +394,7 @@ def test_load_arriving_just_after_a_probe_is_checked_within_a_window():
 
 def test_a_serving_side_that_stays_put_is_not_probed_sooner():
     """Without a slowdown the last probe's gap decides, as before: a tie probed often, a far side rarely."""
-    for other, at_most in ((2.8, 6), (2.06, 10**6)):
+    for other, at_most in ((2.8, 6), (2.2, 10**6)):
         clock = Clock()
         a = Arbiter(ENGINES, clock=clock)
         rng = random.Random(3)

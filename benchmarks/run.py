@@ -549,7 +549,8 @@ def render_tables(res: Dict[str, Any]) -> str:
         out.append("! above the target. by mean: the same ratios of mean latencies (every timed forward counts: "
                    "probes of the run-time check, a side's stalls). engines (ops): engines the measured rule kept "
                    "at default threads (operators in them); kept: their backend and precision at default and at "
-                   "equal threads (n% native: the share of forwards the run-time check gave native MXNet); "
+                   "equal threads (in parentheses, the share of all forwards the run-time check gave native MXNet or "
+                   "another engine, an alternate it compares; the rest ran on the kept engines); "
                    "bind s: the accelerated bind (the first per model and batch times its engines)")
         out.append("")
     return "\n".join(out)
@@ -732,6 +733,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.getLogger("mx_trt").setLevel(logging.WARNING)
     logging.getLogger("passes").setLevel(logging.WARNING)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    if "models" in only and args.thirdparty:
+        import bench_models
+
+        known = bench_models._builders()
+        unknown = [n for n in args.thirdparty.split(",") if n not in known]
+        if unknown:  # before any section runs, not after an hour of them
+            ap.error(f"--thirdparty: no model named {', '.join(unknown)} in the models section "
+                     f"(it has {', '.join(known)})")
     runs = args.runs or (3 if args.quick else 10)
     os.makedirs(args.out, exist_ok=True)
 

@@ -109,7 +109,7 @@ BIND_SECONDS = 10.0
 #: The margin by which an engine must beat MXNet when it holds the whole model and the executor's run-time
 #: check (:mod:`mx_trt.runtime.arbiter`) will compare the two on its own forwards: none, and an engine up to
 #: 10% slower is kept too. A near tie at bind then goes to the engine, and the check moves the forwards to
-#: MXNet when the engine falls 5% behind on the executor's own forwards: an engine slower than MXNet was at
+#: MXNet as soon as the engine is no faster on the executor's own forwards: an engine slower than MXNet was at
 #: the bind calls its first probe at once. The bind times a model of half a second three times a side, on
 #: a virtual machine whose forwards spread by 30%: ResNet-50 at batch 8 and two threads (2-core EPYC, AVX2),
 #: three cold binds timed MXNet at 583-800 ms and OpenVINO at 494-699 ms, and one bind of the benchmark kept

@@ -64,7 +64,10 @@ forward, in which MXNet sets up its oneDNN kernels and weight layouts: 282 ms
 against 73 ms after for VGG-11 at batch 1). So the next probe waits until the forwards since the last
 one have taken at least ``(start + n * gap) / BUDGET`` (``start``: what starting
 that side cost at its last probe; ``n``: the forwards the last probe took;
-``gap``: how much slower the other side was then), and for at least
+``gap``: how much slower the other side was then; ``start`` also holds what
+the serving side's first forwards after that probe took beyond its median,
+held back when it took over again: it pays for the probed side too, MXNet's
+OpenMP threads still spinning after its forwards), and for at least
 :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S` seconds. Probes therefore cost
 at most about :data:`BUDGET` (2%) of the time spent in forwards, however the
 caller spaces them out, and sides that are close, where a change of load is
@@ -282,8 +285,10 @@ class Arbiter:
         self._ref: Dict[str, Optional[float]] = {s: None for s in self.sides}  # the current side's median then (s)
         self._busy: Dict[str, float] = {s: 0.0 for s in self.sides}  # the current side's forward time since then
         self._probe_calls: Dict[str, int] = {s: PROBE_CALLS for s in self.sides}  # forwards its last probe took
-        # What its last settled probe cost beyond its forwards at its median (s).
+        # What its last settled probe cost beyond its forwards at its median (s), and what the current side's
+        # forwards held back when it took over again cost beyond its median.
         self._overhead: Dict[str, float] = {s: 0.0 for s in self.sides}
+        self._returning: Optional[str] = None  # the current side resumed after this side's probe: its start unpaid
         self._back: Optional[str] = None  # the last probe switched from this side: the next one checks it soon
         self._target: Optional[str] = None  # the side of the probe under way
         self._probe: List[float] = []  # the probe's compared forwards
@@ -414,7 +419,10 @@ class Arbiter:
         resumed = now - seconds - self._end >= GAP_S
         self._end = now
         if side == self.current:
+            held = list(self._run.held) if self._returning is not None else None
             compared = self._run.add(seconds, resumed)
+            if held is not None and (compared or resumed):
+                self._charge_return(held if not resumed else [])
             if self._warmup:
                 self._warmup -= 1
                 return
@@ -439,6 +447,16 @@ class Arbiter:
         if len(self._probe) >= PROBE_CALLS - 1:
             self._settle()
 
+    def _charge_return(self, dropped: Sequence[float]) -> None:
+        """Add to what the last probe cost what the current side's first forwards after it took beyond the
+        side's median (``dropped``: those its run held back and dropped): the serving side starting again pays
+        for the probed one (MXNet's OpenMP threads still spinning: OpenVINO's first four forwards after
+        MXNet's at 3.1-4.2 ms against 1.6 ms), so the budget spaces probes by both ends of them. O(held)."""
+        side, self._returning = self._returning, None
+        if side is None or not dropped or not self._window:
+            return
+        self._overhead[side] += max(0.0, sum(dropped) - len(dropped) * self._window.median())
+
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
         if self._target is not None:
@@ -456,6 +474,8 @@ class Arbiter:
         self.sides.remove(side)
         if self._back == side:
             self._back = None
+        if self._returning == side:
+            self._returning = None
         if self.current == side:
             self.current = self.sides[0]
             self._window, self._run = _Window(), _Run(resumed=False)
@@ -492,10 +512,12 @@ class Arbiter:
             self._window = _Window(self._probe)
             # One probe decided: the next one, soon, checks the switch (a wrong one costs a few forwards).
             self._gap[old], self._ref[old], self._back = 0.0, probe, old
+            self._returning = None
             self._run = self._probe_run  # the new side served the probe: it is running
         else:
             self._gap[target], self._ref[target] = max(0.0, probe - current), current
             self._busy[target] = 0.0
+            self._returning = target
             if self._back == target:
                 self._back = None
             self._run = _Run(resumed=False)  # the current side takes over again: a new run

@@ -273,6 +273,40 @@ def test_probes_after_the_first_wait_for_their_budget():
     assert a.current == ENGINES
 
 
+def _after_native(engine_s, native_s, first_s):
+    """``latency(i, side)``: the engines' first forward after MXNet's takes ``first_s`` (its OpenMP threads
+    still spinning), the others ``engine_s``; MXNet's ``native_s``."""
+    last = [ENGINES]
+
+    def latency(i, side):
+        slow = side == ENGINES and last[0] == NATIVE
+        last[0] = side
+        return first_s if slow else (engine_s if side == ENGINES else native_s)
+
+    return latency
+
+
+def test_what_the_serving_side_pays_to_start_again_counts_in_a_probes_cost():
+    """The engines' first forward after a probe of MXNet, held back and dropped, costs 40 ms beyond their
+    10 ms: that counts in the probe's cost with its own forwards' 4 x 2 ms, so the next probe waits for
+    2% of (40 + 8) ms, not of 8 ms."""
+    clock = Clock()
+    a = Arbiter(ENGINES, clock=clock)
+    sides = simulate(a, clock, _after_native(0.010, 0.012, 0.050), 3000)
+    natives = [i for i, s in enumerate(sides) if s == NATIVE]
+    starts = [i for i in natives if i - 1 not in natives]
+    assert a.current == ENGINES and a.switches == 0 and len(starts) >= 3
+    assert a.probe_cost(NATIVE) == pytest.approx(0.040 + arb.PROBE_CALLS * 0.002, rel=0.05)
+    engines_time = 0.010 * (starts[2] - starts[1] - arb.PROBE_CALLS)  # between the second and third probes
+    assert engines_time >= (0.040 + arb.PROBE_CALLS * 0.002) / arb.BUDGET - 0.050
+    # Without the slow start, probes come as often as their own forwards allow.
+    clock = Clock()
+    b = Arbiter(ENGINES, clock=clock)
+    simulate(b, clock, _after_native(0.010, 0.012, 0.010), 3000)
+    assert b.probes > 2 * a.probes
+    assert b.probe_cost(NATIVE) == pytest.approx(arb.PROBE_CALLS * 0.002, rel=0.05)
+
+
 def test_the_first_forward_of_a_probe_is_not_compared():
     clock = Clock()
     a = Arbiter(ENGINES, clock=clock)

@@ -302,7 +302,6 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
         "measured_engines_equal_threads": acc_w.engines if acc_w is not None else None,
         "kept": {"default": infos["measured"].kept_engines(), "equal threads": acc_w.backends if acc_w is not None else None},
         "decisions": {k: d.text for k, d in infos["measured"].decisions.items()},
-        "native_served": {k: None if v is None else v.get("native", 0.0) for k, v in served.items()},
         "served": served,
         "check_warmup": check_warmup,
         "busy_throughout": busy_throughout,

@@ -87,13 +87,6 @@ def served_shares(exe: Any) -> Optional[Dict[str, float]]:
     return {side: n / total for side, n in served.items() if n} if total else {}
 
 
-def native_share(exe: Any) -> Optional[float]:
-    """The share of ``exe``'s inference forwards its native twin served (of all, alternates' included),
-    or ``None``: no run-time check."""
-    shares = served_shares(exe)
-    return None if shares is None else shares.get(NATIVE, 0.0)
-
-
 def check_warm(exe: Any) -> bool:
     """Whether ``exe``'s run-time check has paid what it pays once: every other side probed once (the twin
     bound and its first forward run, each alternate engine built), or no check.

@@ -41,7 +41,6 @@ import numpy as np
 
 from mx_trt.builder.cpus import engine_threads
 from mx_trt.frontends.contrib import bind_info
-from mx_trt.runtime.arbiter import NATIVE
 from mx_trt.runtime.twin import served_shares
 from mx_trt.tools.cli.timing import CHECK_WARMUP_S, forward_fn, measure, warm_check
 from mx_trt.settings import child_environment
@@ -153,15 +152,6 @@ class NativeProcess:
         """
         shares = self._ask("stats").get("served")
         return None if shares is None else {str(k): float(v) for k, v in shares.items()}
-
-    def native_share(self) -> Optional[float]:
-        """The share of the worker's forwards that native MXNet served (the run-time check), or ``None``.
-
-        Raises:
-            RuntimeError: the worker died.
-        """
-        shares = self.served_shares()
-        return None if shares is None else shares.get(NATIVE, 0.0)
 
     def warm_check(self, limit_s: float = CHECK_WARMUP_S) -> Tuple[int, float]:
         """Untimed forwards in the worker until its executor's run-time check is warm

@@ -26,10 +26,10 @@ def test_shares_count_every_side_an_alternate_included():
     exe = _Exe({"engines": 10, "native": 10, "openvino fp32": 80})
     assert twin.served_shares(exe) == pytest.approx({"engines": 0.1, "native": 0.1, "openvino fp32": 0.8})
     # Native MXNet's share is of all forwards: an alternate that served most of them counts too.
-    assert twin.native_share(exe) == pytest.approx(0.1)
+    assert twin.served_shares(exe)["native"] == pytest.approx(0.1)
     assert twin.served_shares(_Exe({"engines": 5, "native": 0})) == {"engines": 1.0}  # sides that served none: left out
-    assert twin.served_shares(_Exe({"engines": 0, "native": 0})) == {} and twin.native_share(_Exe({"engines": 0})) == 0.0
-    assert twin.served_shares(_Exe()) is None and twin.native_share(_Exe()) is None  # no check
+    assert twin.served_shares(_Exe({"engines": 0, "native": 0})) == {} and twin.served_shares(_Exe({"engines": 0})) == {}
+    assert twin.served_shares(_Exe()) is None  # no check
 
 
 def test_the_note_names_what_served_besides_the_kept_engines():

@@ -82,12 +82,7 @@ def test_warm_check_takes_nothing_without_a_running_check():
 
 def test_warm_check_is_bounded_and_says_so(caplog):
     exe = _Exe(_Check(after=10 ** 9))
-
-    def slow():
-        exe._mx_trt_check.calls += 1
-        time.sleep(0.01)
-
     with caplog.at_level("WARNING", logger="mx_trt.tools.cli.timing"):
-        n, secs = timing.warm_check(slow, exe, limit_s=0.05)
+        n, secs = timing.warm_check(_forwards(exe, 0.01), exe, limit_s=0.05)
     assert 1 <= n <= 6 and 0.05 <= secs < 1.0
     assert "had not probed every side" in caplog.text

@@ -75,11 +75,9 @@ class BenchRow:
     accelerated_threads: Optional[Dict[str, float]] = None
     #: Engines kept by each accelerated bind: ``{"default": [...], "equal": [...]}`` of "backend precision".
     kept: Dict[str, List[str]] = field(default_factory=dict)
-    #: The share of each accelerated executor's forwards that native MXNet served (its run-time
-    #: check, ``mx_trt.runtime.twin``), by the same keys as :attr:`kept`; ``None``: no check.
-    native_served: Dict[str, Optional[float]] = field(default_factory=dict)
-    #: Each side's share of those forwards (``engines``: the kept ones, ``native``, an alternate engine
-    #: such as ``openvino fp32``: :func:`~mx_trt.runtime.twin.served_shares`), by the keys of :attr:`kept`.
+    #: Each side's share of each accelerated executor's forwards, as its run-time check chose them
+    #: (``engines``: the kept ones, ``native``, an alternate engine such as ``openvino fp32``:
+    #: :func:`~mx_trt.runtime.twin.served_shares`), by the keys of :attr:`kept`; ``None``: no check.
     served: Dict[str, Optional[Dict[str, float]]] = field(default_factory=dict)
     #: Untimed forwards (and their seconds) each accelerated executor took before the timed ones for its
     #: run-time check's first probes (:func:`~mx_trt.tools.cli.timing.warm_check`), by the keys of :attr:`kept`.
@@ -111,7 +109,7 @@ class BenchRow:
             "native_equal_threads": self.native_threads, "threads": self.threads,
             "native_equal_threads_note": self.native_threads_note,
             "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
-            "native_served": self.native_served, "served": self.served, "ratios": self.ratios(),
+            "served": self.served, "ratios": self.ratios(),
             "check_warmup": {k: {"forwards": n, "seconds": t} for k, (n, t) in self.check_warmup.items()},
         }
 
@@ -215,7 +213,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
                    nat_w.threads if nat_w is not None else 0, worker_note,
                    latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
-                   {k: None if v is None else v.get(NATIVE, 0.0) for k, v in shares.items()}, shares, check_warmup)
+                   shares, check_warmup)
     del exe, info, engine, native, variants
     return row
 

@@ -218,7 +218,7 @@ class _MeasuredRule:
             return decision, None
         others = self._alternatives(decision, jobs)
         if others and decision.engine is not None:
-            # The run-time check compares these candidates too, each built at its first probe, and the engine
+            # The run-time check compares these candidates too, each built when its first probe is due, and the engine
             # it keeps becomes the decision a later bind starts with.
             self.alternates[sg.name] = [(candidate_label(c), functools.partial(_engine_of, self.providers[c[0]],
                                                                                jobs[c])) for c in others]

@@ -37,8 +37,8 @@ check will compare with MXNet (:mod:`mx_trt.runtime.arbiter`), and whose first
 forward takes :data:`LONG_RUN_S` or more, is kept without timing MXNet at all:
 the first candidate, when all are of one precision (:meth:`Measurer.decide`).
 Its decision (``how`` ``"checked"``) is stored. The other candidates are not
-built: the engine stage hands them to the check, which builds each at its first
-probe and compares it too (:class:`~mx_trt.runtime.twin.RuntimeCheck`).
+built: the engine stage hands them to the check, which builds each when its
+first probe is due (on a thread of its own, beside the forwards) and compares it too (:class:`~mx_trt.runtime.twin.RuntimeCheck`).
 """
 from __future__ import annotations
 

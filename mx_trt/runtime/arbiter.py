@@ -291,6 +291,7 @@ class Arbiter:
         self._returning: Optional[str] = None  # the current side resumed after this side's probe: its start unpaid
         self._back: Optional[str] = None  # the last probe switched from this side: the next one checks it soon
         self._target: Optional[str] = None  # the side of the probe under way
+        self._waiting: Set[str] = set()  # sides being made off the forward path (:meth:`wait_for`)
         self._probe: List[float] = []  # the probe's compared forwards
         self._probe_run = _Run(resumed=False)
         self._probe_n = 0  # forwards the probe under way has taken
@@ -348,7 +349,7 @@ class Arbiter:
     def _due(self) -> Optional[str]:
         """The side a probe is due for now, or ``None``."""
         others = self._others
-        if not others:
+        if not others or self._waiting:
             return None
         if self.probes == 0:
             if self._clean < FIRST_AFTER:
@@ -419,6 +420,8 @@ class Arbiter:
         resumed = now - seconds - self._end >= GAP_S
         self._end = now
         if side == self.current:
+            if self._waiting:  # another side is being made beside this forward: what it took is not the side's
+                return
             held = list(self._run.held) if self._returning is not None else None
             compared = self._run.add(seconds, resumed)
             if held is not None and (compared or resumed):
@@ -457,6 +460,26 @@ class Arbiter:
             return
         self._overhead[side] += max(0.0, sum(dropped) - len(dropped) * self._window.median())
 
+    def wait_for(self, side: str) -> None:
+        """``side`` is being made off the forward path (an alternate engine built in the background): a probe of it
+        under way is put off, and until :meth:`ready` (or :meth:`drop`) no probe starts and the current side's
+        forwards are served but not compared: the making takes a core and the interpreter from them, so they
+        stand for neither side. The budget ``side`` had earned is kept, so its probe comes once it is ready. O(1)."""
+        if side not in self.sides or side == self.current:
+            return
+        if self._target == side:
+            self._target, self._probe = None, []
+        self._waiting.add(side)
+
+    def ready(self, side: str) -> None:
+        """``side``, waited for (:meth:`wait_for`), can serve now. When nothing else is being made, the current side
+        starts a new run: its first forwards after the making are held back and dropped, and charged to no
+        probe (they pay for the making). O(1)."""
+        if side in self._waiting:
+            self._waiting.discard(side)
+            if not self._waiting:
+                self._run, self._returning = _Run(resumed=False), None
+
     def abandon_probe(self) -> None:
         """Forget a probe under way (its side failed); the current side keeps serving."""
         if self._target is not None:
@@ -471,6 +494,7 @@ class Arbiter:
             return
         if self._target == side:
             self.abandon_probe()
+        self.ready(side)
         self.sides.remove(side)
         if self._back == side:
             self._back = None
@@ -493,7 +517,7 @@ class Arbiter:
         self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
         # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),
-        # an alternate engine built.
+        # an alternate engine's first runs (its build happened beside the forwards: :meth:`wait_for`).
         self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe)
         self.medians[target], self.medians[self.current] = probe, current
         if probe <= switch_margin(target) * current:
@@ -527,9 +551,11 @@ class Arbiter:
     def stats(self) -> Dict[str, Any]:
         """The side serving now, forwards served per side, probes, switches, and the latest medians (ms);
         ``probing``: the side of the probe under way (``None``: none); ``unprobed``: the other sides no probe
-        has compared yet (their first probe, a twin's bind or an alternate's build, is still to come)."""
+        has compared yet (their first probe, a twin's bind or an alternate's build, is still to come); ``making``:
+        the sides being made off the forward path (:meth:`wait_for`)."""
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
                 "switches": self.switches, "seeded": self.seeded, "probing": self._target,
+                "making": sorted(self._waiting),
                 "unprobed": [s for s in self.sides if s != self.current and s not in self.probed],
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
 

@@ -25,10 +25,14 @@ the engines compute.
 An executor whose one engine holds the whole model, kept at the bind without
 timing it against anything (a model of seconds a forward: the measured rule's
 ``checked`` decisions), may also be handed *alternates*: the same model built by
-the other candidate backends, each made at its first probe (exported and built
-then: that time counts in what its probe cost) and run on the caller's thread
-like the engine. The arbiter then compares all of them and MXNet, one probe at a
-time, and any of them may serve. An alternate that fails to build or run is
+the other candidate backends, each run on the caller's thread like the engine.
+The arbiter then compares all of them and MXNet, one probe at a time, and any of
+them may serve. An alternate is made off the forward path: when its first probe
+is due, a thread of its own exports and builds it (seconds for a model of seconds
+a forward), while the serving side goes on serving, its forwards not compared
+(:meth:`Arbiter.wait_for`: the build takes a core and the interpreter from
+them), and the probe comes at the first forward after the engine is ready. No
+forward of the caller's waits for a build. An alternate that fails to build or run is
 left out of the comparison with one warning (the engines serve that forward);
 one found :data:`RELEASE_ABOVE` times slower than the serving side is dropped
 until its next probe, as the twin is. An engine (the bind's or an alternate)
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -103,6 +108,29 @@ def check_warm(exe: Any) -> bool:
     return stats["probing"] is None and not stats["unprobed"]
 
 
+class _Making:
+    """An alternate engine's run being made on a thread of its own: ``make(exe)``'s result, or what it raised.
+
+    The thread is not a daemon: a process that ends while an engine is built
+    waits for the build (seconds) instead of tearing the backend down under it.
+    """
+
+    def __init__(self, make: Callable[[Any], AlternateRun], exe: Any, name: str) -> None:
+        self.run: Optional[AlternateRun] = None
+        self.error: Optional[BaseException] = None
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._make, args=(make, exe), name=f"mx_trt make {name}")
+        self.thread.start()
+
+    def _make(self, make: Callable[[Any], AlternateRun], exe: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.run = make(exe)
+        except Exception as exc:  # noqa: BLE001 - reported on the caller's thread, at its next forward
+            self.error = exc
+        self.seconds = time.perf_counter() - t0
+
+
 class RuntimeCheck:
     """One accelerated executor's choice, per inference forward, between its engines and its native twin.
 
@@ -132,6 +160,7 @@ class RuntimeCheck:
         self._copied: List[str] = []
         self._make_alt: Dict[str, Callable[[Any], AlternateRun]] = dict(alternates)
         self._alt_runs: Dict[str, AlternateRun] = {}
+        self._making: Dict[str, _Making] = {}
         #: Side -> why it was left out of the comparison.
         self.dropped: Dict[str, str] = {}
         self.off: Optional[str] = None
@@ -140,9 +169,16 @@ class RuntimeCheck:
 
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
-        side = self.arbiter.next_side() if self.off is None else ENGINES
+        side = ENGINES
+        if self.off is None:
+            self._collect()  # an alternate that failed to build may leave the engines alone: the check is off
+        if self.off is None:
+            side = self.arbiter.next_side()
+            if side not in (ENGINES, NATIVE) and side not in self._alt_runs:
+                self._start_making(side, exe)
+                side = self.arbiter.next_side()  # the serving side: no probe starts while one is made
         if side != ENGINES:
-            t0 = self._clock()  # binding the twin, building an alternate: part of what this probe costs
+            t0 = self._clock()  # binding the twin: part of what this probe costs
             try:
                 outs = self._native_forward(exe, kwargs) if side == NATIVE else self._alternate_forward(side, exe, kwargs)
             except (TypeError, ValueError):  # the caller's inputs: MXNet's own errors, as its forward raises them
@@ -190,20 +226,45 @@ class RuntimeCheck:
             logger.warning("mx_trt: %s: storing the engine the run-time check kept failed: %s: %s", self._name,
                            type(exc).__name__, exc)
 
-    def _alternate_forward(self, side: str, exe: Any, kwargs: Mapping[str, Any]) -> Optional[List[Any]]:
-        """``exe``'s forward by the alternate ``side`` (made first if it is not), or ``None``: it failed, and
-        it is left out of the comparison (the engines serve this forward)."""
-        run = self._alt_runs.get(side)
-        if run is None:
-            t0 = self._clock()
-            try:
-                run = self._make_alt[side](exe)
-            except Exception as exc:  # noqa: BLE001 - an alternate that will not build leaves the comparison
+    def _start_making(self, side: str, exe: Any) -> None:
+        """Make the alternate ``side`` for ``exe`` on a thread of its own (unless it is under way), the arbiter
+        waiting for it."""
+        if side not in self._making:
+            self._making[side] = _Making(self._make_alt[side], exe, f"{self._name}: {side}")
+            logger.info("mx_trt: %s: making the %s engine for the run-time check beside the forwards", self._name,
+                        side)
+        self.arbiter.wait_for(side)
+
+    def _collect(self) -> None:
+        """Take in the alternates made since the last forward: ready to be probed, or left out of the comparison
+        (building them failed). O(alternates being made)."""
+        for side, making in list(self._making.items()):
+            if making.thread.is_alive():
+                continue
+            del self._making[side]
+            if making.error is not None:
+                exc = making.error
                 self._drop(side, f"building it failed: {type(exc).__name__}: {exc}")
-                return None
-            self._alt_runs[side] = run
-            logger.info("mx_trt: %s: the %s engine made for the run-time check in %.2f s", self._name, side,
-                        self._clock() - t0)
+            elif making.run is not None and side in self.arbiter.sides:
+                self._alt_runs[side] = making.run
+                self.arbiter.ready(side)
+                logger.info("mx_trt: %s: the %s engine made for the run-time check in %.2f s", self._name, side,
+                            making.seconds)
+
+    def wait_made(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every alternate being made is done (``timeout`` seconds at most, for each), and take them
+        in; whether none is left under way."""
+        for making in list(self._making.values()):
+            making.thread.join(timeout)
+        self._collect()
+        return not self._making
+
+    def _alternate_forward(self, side: str, exe: Any, kwargs: Mapping[str, Any]) -> Optional[List[Any]]:
+        """``exe``'s forward by the alternate ``side`` (made: :meth:`_start_making`), or ``None``: its run
+        failed, and it is left out of the comparison (the engines serve this forward)."""
+        run = self._alt_runs.get(side)
+        if run is None:  # not made, or dropped meanwhile: the engines serve
+            return None
         try:
             return run(exe, kwargs)
         except (TypeError, ValueError):

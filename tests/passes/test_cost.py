@@ -81,6 +81,19 @@ def test_measured_choice_keeps_the_faster_side():
     assert choose_measured(2.0, [Timed("onnxruntime", "fp32", 1.94)], keep_below=1.0)[0] is not None
 
 
+def test_a_decision_says_which_ratio_decided_when_the_two_disagree():
+    """Load that came and went during the timing: the rounds' ratios (1.42) decide, the medians (5.49 against
+    5.64 ms) would say otherwise, and the text names both instead of reading as a contradiction."""
+    from mx_trt.passes.cost import Timed, choose_measured
+
+    best, why = choose_measured(5.64, [Timed("onnxruntime", "fp32", 5.49, 1.42)])
+    assert best is None and why == ("kept native: engine 1.42x slower, measured 5.49 vs 5.64 ms (onnxruntime fp32); "
+                                    "1.42 is the median of the rounds' ratios, the medians' ratio 0.97")
+    # Within 10% of each other, the text is as before.
+    _, why = choose_measured(4.0, [Timed("onnxruntime", "fp32", 2.0, 0.52)])
+    assert why == "engine kept (onnxruntime fp32): 1.92x faster, measured 2.00 vs 4.00 ms"
+
+
 def test_measured_choice_drops_reduced_precision_slower_than_fp32():
     from mx_trt.passes.cost import Timed, choose_measured
 

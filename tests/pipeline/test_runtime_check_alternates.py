@@ -1,5 +1,6 @@
 """A whole model kept untimed at the bind (a ``checked`` decision): the run-time check compares its engine, native
-MXNet, and the other candidate backends' engines of the model, each built at its first probe.
+MXNet, and the other candidate backends' engines of the model, each built beside the forwards when its first
+probe is due (the tests wait for that build after each forward, so that which side serves is deterministic).
 
 The measured rule's first-forward threshold is set to 0 so that a small model takes that path. The check runs
 on the virtual clock (``check_clock``): the engines' forwards cost what each test sets, MXNet's 1 ms. Outputs
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 
 import mxnet as mx
 import numpy as np
@@ -105,8 +107,9 @@ def _timed_alternates(monkeypatch, clock, seconds, fail_after=None):
     return made
 
 
-def _forwards(exe, native, n, seed=1):
-    """``n`` forwards of new inputs, every output compared with MXNet's; the side that served each."""
+def _forwards(exe, native, n, seed=1, wait=True):
+    """``n`` forwards of new inputs, every output compared with MXNet's; the side that served each. ``wait``:
+    after each, until an alternate being made is ready."""
     check, served = exe._mx_trt_check, []
     for i in range(n):
         inputs = random_inputs(SHAPES, seed + i)
@@ -115,6 +118,7 @@ def _forwards(exe, native, n, seed=1):
         before = dict(check.arbiter.served)
         out = exe.forward(is_train=False, data=mx.nd.array(inputs["data"]))
         served.append(next(s for s in before if check.arbiter.served[s] > before[s]))
+        assert not wait or check.wait_made(60)  # an alternate being made: the next forward may probe it
         # Outputs reach some 2,000 here: an element near zero is a cancellation, whose error is the scale's.
         np.testing.assert_allclose(out[0].asnumpy(), ref, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(ref).max())))
     return served
@@ -157,7 +161,7 @@ def test_a_faster_alternate_engine_serves_once_its_probe_finds_it_faster(model, 
     assert served.index(NATIVE) < served.index(ALT)  # MXNet is probed first, then the alternate
     took = served.index(ALT) + 4  # the alternate's probe, then it serves but for the probes that check it
     assert all(n <= 4 for side, n in _runs(served[took:]) if side != ALT) and served[-1] == ALT
-    assert OtherCpu.builds == 1 and len(made) == 1  # built once, at its first probe
+    assert OtherCpu.builds == 1 and len(made) == 1  # built once, for its first probe
     assert stats["median_ms"][ALT] == pytest.approx(4.0) and stats["median_ms"][ENGINES] == pytest.approx(10.0)
     assert f"the {ALT} engine made for the run-time check" in caplog.text
     assert f"the {ALT} engine now serves its forwards" in caplog.text
@@ -165,6 +169,42 @@ def test_a_faster_alternate_engine_serves_once_its_probe_finds_it_faster(model, 
     assert shares == pytest.approx({side: served.count(side) / 80 for side in set(served)})
     assert shares.get(NATIVE, 0.0) == pytest.approx(served.count(NATIVE) / 80)
     assert ALT in served_text(shares) and "engines" not in served_text(shares)
+
+
+def test_the_forward_at_which_an_alternate_is_due_does_not_wait_for_its_build(model, monkeypatch, two_candidates,
+                                                                           check_clock, quick_probes, caplog):
+    """Its build runs on a thread of its own, held here until the test lets it finish: the engines serve that
+    forward and the next ones meanwhile, each output still MXNet's, and the alternate's probe comes at the first
+    forward after it is ready."""
+    native, exe = _checked(model, monkeypatch, check_clock, 0.004)
+    check = exe._mx_trt_check
+    entered, gate, threads = threading.Event(), threading.Event(), []
+    build = OtherCpu.build
+
+    def held(self, exported, options):
+        threads.append(threading.current_thread())
+        entered.set()
+        assert gate.wait(60)
+        return build(self, exported, options)
+
+    monkeypatch.setattr(OtherCpu, "build", held)
+    served = []
+    with caplog.at_level(logging.INFO, logger="mx_trt"):
+        for i in range(80):
+            served += _forwards(exe, native, 1, seed=i, wait=False)
+            if check.stats()["making"]:
+                break
+        assert check.stats()["making"] == [ALT] and served[-1] == ENGINES and NATIVE in served
+        served += _forwards(exe, native, 10, seed=100, wait=False)  # the build is still held: the engines serve
+        assert served[-10:] == [ENGINES] * 10 and check.stats()["making"] == [ALT]
+        assert entered.wait(60) and check.stats()["making"] == [ALT]  # exported, and held in its build
+        assert len(threads) == 1 and threads[0] is not threading.main_thread()
+        gate.set()
+        assert check.wait_made(60)
+        served += _forwards(exe, native, 1, seed=200)
+    assert served[-1] == ALT and OtherCpu.builds == 1
+    assert f"making the {ALT} engine for the run-time check beside the forwards" in caplog.text
+    assert f"the {ALT} engine made for the run-time check in" in caplog.text
 
 
 def test_an_alternate_that_will_not_build_leaves_the_comparison(model, monkeypatch, two_candidates, check_clock,

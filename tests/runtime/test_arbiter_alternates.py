@@ -149,3 +149,71 @@ def test_an_alternate_stays_unprobed_until_its_own_first_probe():
         simulate(a, clock, lambda i, s: lat[s], 1)
         assert clock.t < 60.0, "the alternate was never probed"
     assert ALT in a.probed and a.served[ALT] >= arb.PROBE_CALLS - 1
+
+
+def _serve(a: Arbiter, clock: Clock, lat, made: set, calls: int):
+    """``calls`` forwards as the run-time check serves them: an alternate not in ``made`` whose probe is due is
+    waited for (:meth:`Arbiter.wait_for`) and the serving side serves instead. Returns the sides served."""
+    sides = []
+    for _ in range(calls):
+        side = a.next_side()
+        if side == ALT and ALT not in made:
+            a.wait_for(ALT)
+            side = a.next_side()
+        dt = lat(side)
+        clock.t += dt
+        a.record(side, dt)
+        sides.append(side)
+    return sides
+
+
+def test_a_side_being_made_is_probed_once_ready_and_the_forwards_meanwhile_are_not_compared():
+    """While the alternate is built beside the forwards, the engines serve, no probe starts, and their forwards,
+    slowed by the build (30 ms against 10), stand for nothing: the probe that comes once it is ready compares it
+    with the engines' 10 ms, and the alternate (4 ms) takes over."""
+    clock = Clock()
+    a = _three(clock)
+    making = {"on": False}
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.004}
+
+    def latency(side):
+        return 0.030 if making["on"] and side == ENGINES else lat[side]
+
+    made: set = set()
+    sides = _serve(a, clock, latency, made, 400)
+    assert a.stats()["making"] == [ALT] and ALT not in sides and a.current == ENGINES
+    probes = a.probes
+    making["on"] = True
+    during = _serve(a, clock, latency, made, 300)
+    assert during == [ENGINES] * 300 and a.probes == probes  # no probe of any side while it is made
+    making["on"] = False
+    made.add(ALT)
+    a.ready(ALT)
+    after = _serve(a, clock, latency, made, 40)
+    assert a.stats()["making"] == []
+    # Its budget was earned before the making: the probe comes at the first forward after it is ready.
+    assert after[0] == ALT
+    assert a.current == ALT and a.medians[ENGINES] == pytest.approx(0.010)  # not the 30 ms served meanwhile
+
+
+def test_a_side_dropped_while_it_is_made_lets_the_others_be_probed_again():
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.004}
+    sides = _serve(a, clock, lambda s: lat[s], set(), 400)
+    assert a.stats()["making"] == [ALT] and a.probing is None
+    probes = a.probes
+    a.drop(ALT)  # its build failed
+    assert a.stats()["making"] == [] and a.sides == [ENGINES, NATIVE]
+    sides = simulate(a, clock, lambda i, s: lat[s], 3000)
+    assert a.probes > probes and NATIVE in sides and a.current == ENGINES
+
+
+def test_waiting_for_the_serving_side_or_an_unknown_one_changes_nothing():
+    clock = Clock()
+    a = _three(clock)
+    a.wait_for(ENGINES)
+    a.wait_for("tensorrt fp16")
+    assert a.stats()["making"] == []
+    a.ready(ALT)  # never waited for
+    assert a.stats()["making"] == []

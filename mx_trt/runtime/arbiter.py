@@ -292,6 +292,7 @@ class Arbiter:
         self._back: Optional[str] = None  # the last probe switched from this side: the next one checks it soon
         self._target: Optional[str] = None  # the side of the probe under way
         self._waiting: Set[str] = set()  # sides being made off the forward path (:meth:`wait_for`)
+        self._made: Dict[str, float] = {}  # what making a side cost (s), counted in its next probe's cost
         self._probe: List[float] = []  # the probe's compared forwards
         self._probe_run = _Run(resumed=False)
         self._probe_n = 0  # forwards the probe under way has taken
@@ -471,11 +472,14 @@ class Arbiter:
             self._target, self._probe = None, []
         self._waiting.add(side)
 
-    def ready(self, side: str) -> None:
-        """``side``, waited for (:meth:`wait_for`), can serve now. When nothing else is being made, the current side
-        starts a new run: its first forwards after the making are held back and dropped, and charged to no
-        probe (they pay for the making). O(1)."""
+    def ready(self, side: str, cost: float = 0.0) -> None:
+        """``side``, waited for (:meth:`wait_for`), can serve now; making it took ``cost`` seconds, which count in
+        what its next probe costs, as a build inside the probe's first forward did (the serving side's forwards
+        ran beside it), so that an alternate released and made again at each probe is not made more often than
+        the budget allows. When nothing else is being made, the current side starts a new run: its first
+        forwards after the making are held back and dropped, and charged to no probe. O(1)."""
         if side in self._waiting:
+            self._made[side] = self._made.get(side, 0.0) + cost
             self._waiting.discard(side)
             if not self._waiting:
                 self._run, self._returning = _Run(resumed=False), None
@@ -495,6 +499,7 @@ class Arbiter:
         if self._target == side:
             self.abandon_probe()
         self.ready(side)
+        self._made.pop(side, None)
         self.sides.remove(side)
         if self._back == side:
             self._back = None
@@ -517,8 +522,8 @@ class Arbiter:
         self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
         # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
         # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),
-        # an alternate engine's first runs (its build happened beside the forwards: :meth:`wait_for`).
-        self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe)
+        # an alternate engine's first runs; and what making it beside the forwards took (:meth:`ready`).
+        self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe) + self._made.pop(target, 0.0)
         self.medians[target], self.medians[self.current] = probe, current
         if probe <= switch_margin(target) * current:
             logger.info("mx_trt: %s: %s its forwards (%.2f ms against %.2f ms for %s, medians of its latest "

@@ -115,20 +115,21 @@ class _Making:
     waits for the build (seconds) instead of tearing the backend down under it.
     """
 
-    def __init__(self, make: Callable[[Any], AlternateRun], exe: Any, name: str) -> None:
+    def __init__(self, make: Callable[[Any], AlternateRun], exe: Any, name: str, clock: Callable[[], float]) -> None:
         self.run: Optional[AlternateRun] = None
         self.error: Optional[BaseException] = None
+        #: How long the making took on the check's clock.
         self.seconds = 0.0
-        self.thread = threading.Thread(target=self._make, args=(make, exe), name=f"mx_trt make {name}")
+        self.thread = threading.Thread(target=self._make, args=(make, exe, clock), name=f"mx_trt make {name}")
         self.thread.start()
 
-    def _make(self, make: Callable[[Any], AlternateRun], exe: Any) -> None:
-        t0 = time.perf_counter()
+    def _make(self, make: Callable[[Any], AlternateRun], exe: Any, clock: Callable[[], float]) -> None:
+        t0 = clock()
         try:
             self.run = make(exe)
         except Exception as exc:  # noqa: BLE001 - reported on the caller's thread, at its next forward
             self.error = exc
-        self.seconds = time.perf_counter() - t0
+        self.seconds = clock() - t0
 
 
 class RuntimeCheck:
@@ -230,7 +231,7 @@ class RuntimeCheck:
         """Make the alternate ``side`` for ``exe`` on a thread of its own (unless it is under way), the arbiter
         waiting for it."""
         if side not in self._making:
-            self._making[side] = _Making(self._make_alt[side], exe, f"{self._name}: {side}")
+            self._making[side] = _Making(self._make_alt[side], exe, f"{self._name}: {side}", self._clock)
             logger.info("mx_trt: %s: making the %s engine for the run-time check beside the forwards", self._name,
                         side)
         self.arbiter.wait_for(side)
@@ -247,7 +248,7 @@ class RuntimeCheck:
                 self._drop(side, f"building it failed: {type(exc).__name__}: {exc}")
             elif making.run is not None and side in self.arbiter.sides:
                 self._alt_runs[side] = making.run
-                self.arbiter.ready(side)
+                self.arbiter.ready(side, making.seconds)
                 logger.info("mx_trt: %s: the %s engine made for the run-time check in %.2f s", self._name, side,
                             making.seconds)
 

@@ -217,3 +217,30 @@ def test_waiting_for_the_serving_side_or_an_unknown_one_changes_nothing():
     assert a.stats()["making"] == []
     a.ready(ALT)  # never waited for
     assert a.stats()["making"] == []
+
+
+@pytest.mark.parametrize("cost", [0.0, 2.0])
+def test_what_making_a_side_cost_spaces_its_next_probe(cost):
+    """Making the alternate took ``cost`` seconds beside the forwards: its next probe waits until the forwards
+    since its first have taken that much more over the budget, as when the build ran inside the probe's first
+    forward. Without it, an alternate released and made again at each probe would be made far more often."""
+    clock = Clock()
+    a = _three(clock)
+    lat = {ENGINES: 0.010, NATIVE: 0.012, ALT: 0.011}  # the alternate a little slower: it never takes over
+    sides = _serve(a, clock, lambda s: lat[s], set(), 400)
+    assert a.stats()["making"] == [ALT]
+    a.ready(ALT, cost)
+    made = {ALT}
+    sides = _serve(a, clock, lambda s: lat[s], made, 40)
+    first = sides.index(ALT)
+    sides = _serve(a, clock, lambda s: lat[s], made, 60000)[first:]
+    assert a.current == ENGINES
+    probes = [i for i, (s, t) in enumerate(zip(sides, sides[1:])) if s != ALT and t == ALT]
+    assert probes, "the alternate is probed again"
+    # Forward time between its first probe and its second: the budget's share of the probe's cost, the making's
+    # included (the probe's own forwards and MXNet's cost the rest).
+    waited = sum(lat[s] for s in sides[arb.PROBE_CALLS + 2:probes[0] + 1])
+    share = arb.BUDGET / 2
+    assert waited >= (cost + arb.PROBE_CALLS * 0.001) / share * 0.9
+    if cost:
+        assert waited < (cost + 20 * 0.001 + 1.0) / share  # not much more: the making and the gap, MXNet's probes

@@ -83,6 +83,16 @@ def test_warm_check_takes_nothing_without_a_running_check():
 def test_warm_check_is_bounded_and_says_so(caplog):
     exe = _Exe(_Check(after=10 ** 9))
     with caplog.at_level("WARNING", logger="mx_trt.tools.cli.timing"):
-        n, secs = timing.warm_check(_forwards(exe, 0.01), exe, limit_s=0.05)
+        n, secs = timing.warm_check(_forwards(exe, 0.01), exe, limit_s=0.05, forwards=2)
     assert 1 <= n <= 6 and 0.05 <= secs < 1.0
     assert "had not probed every side" in caplog.text
+
+
+def test_warm_check_gives_slow_forwards_a_number_of_forwards_rather_than_seconds():
+    """Forwards of 20 ms against a limit of 50 ms: the bound is 15 of them (0.3 s), as a model of ten seconds
+    a forward gets the forwards its check's first probes take, not the seconds a fast model needs."""
+    exe = _Exe(_Check(after=10 ** 9))
+    n, secs = timing.warm_check(_forwards(exe, 0.02), exe, limit_s=0.05, forwards=15)
+    assert 14 <= n <= 16 and 0.28 <= secs < 2.0
+    exe = _Exe(_Check(after=8))  # warm after twelve: the engines' eight, then the probe's four
+    assert timing.warm_check(_forwards(exe, 0.02), exe, limit_s=0.05, forwards=15)[0] == 12

@@ -91,25 +91,35 @@ def measure(fn: Callable[[], None], runs: int, warmup: int, tick: Optional[Calla
 #: check's first probe comes after its first eight forwards and takes four more (Faster R-CNN, about two
 #: seconds a forward: 24 s); an alternate engine's first probe waits half a second after the one before.
 CHECK_WARMUP_S = 60.0
+#: ... or this many of its forwards (at their median so far), when that is longer: the first probes take some
+#: twenty forwards of the engines' time (eight of the engines, four of MXNet's, which may be twice as slow at
+#: its one default thread, four of each alternate, MIN_CALLS between probes), and a model of ten seconds a
+#: forward (DeepLab and FCN at 8x3x480x480) did not get through them in 60 s: its timed runs then held MXNet's
+#: first probe (DeepLab at batch 8 and MXNet's default threads read 1.32 where its engines alone ran 1.96x).
+CHECK_WARMUP_FORWARDS = 40
 
 
-def warm_check(fn: Callable[[], None], exe: Any, limit_s: float = CHECK_WARMUP_S) -> Tuple[int, float]:
+def warm_check(fn: Callable[[], None], exe: Any, limit_s: float = CHECK_WARMUP_S,
+               forwards: int = CHECK_WARMUP_FORWARDS) -> Tuple[int, float]:
     """Untimed calls of ``fn`` (one waited-for forward of ``exe``) until ``exe``'s run-time check has paid its
-    one-time costs (:func:`~mx_trt.runtime.twin.check_warm`), for ``limit_s`` seconds at most (a warning then).
+    one-time costs (:func:`~mx_trt.runtime.twin.check_warm`), for ``limit_s`` seconds at most, or ``forwards``
+    forwards at the median of those so far when that is longer (a warning then).
 
     Returns (forwards, seconds): what the check's first probes cost the caller beyond its steady state is
     part of it. An executor without a check, or one whose bind's timings stood for the first probe, takes none.
     """
     t0 = time.perf_counter()
-    n = 0
+    took: List[float] = []
     while not check_warm(exe):
-        if time.perf_counter() - t0 >= limit_s:
+        spent = time.perf_counter() - t0
+        if spent >= max(limit_s, forwards * statistics.median(took) if took else 0.0):
             logger.warning("the run-time check had not probed every side after %d untimed forwards (%.1f s); "
-                           "timing from here", n, time.perf_counter() - t0)
+                           "timing from here", len(took), spent)
             break
+        t = time.perf_counter()
         fn()
-        n += 1
-    return n, time.perf_counter() - t0
+        took.append(time.perf_counter() - t)
+    return len(took), time.perf_counter() - t0
 
 
 def forward_fn(exe: Any) -> Callable[[], None]:

@@ -243,10 +243,13 @@ class RuntimeCheck:
             if making.thread.is_alive():
                 continue
             del self._making[side]
-            if making.error is not None:
+            if side not in self.arbiter.sides:  # dropped meanwhile
+                continue
+            if making.run is None:  # it raised (or its thread ended without an engine): never left waited for
                 exc = making.error
-                self._drop(side, f"building it failed: {type(exc).__name__}: {exc}")
-            elif making.run is not None and side in self.arbiter.sides:
+                self._drop(side, "building it failed: " + (f"{type(exc).__name__}: {exc}" if exc is not None
+                                                           else "its thread ended without an engine"))
+            else:
                 self._alt_runs[side] = making.run
                 self.arbiter.ready(side, making.seconds)
                 logger.info("mx_trt: %s: the %s engine made for the run-time check in %.2f s", self._name, side,

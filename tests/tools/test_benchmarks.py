@@ -126,3 +126,17 @@ def test_models_section_samples_span_a_fixed_forward_time():
     assert per(0.01) == bench_models.MAX_PER_SAMPLE
     assert per(0.0) == 1 and per(float("nan")) == 1
     assert [per(ms) for ms in (1.0, 2.0, 4.0, 8.0)] == sorted([per(ms) for ms in (1.0, 2.0, 4.0, 8.0)], reverse=True)
+
+
+def test_check_tail_times_every_forward_of_a_checked_executor(monkeypatch):
+    """benchmarks/bench_check_tail.py: every forward timed and attributed to the side that served it."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import bench_check_tail
+
+    before = {k: os.environ.get(k) for k in ("MXNET_USE_TENSORRT", "MXNET_TENSORRT_RUNTIME_CHECK")}
+    r = bench_check_tail.tail("squeezenet1.1", 20, checked=True)
+    assert r["forwards"] == 20 and sum(r["check"]["served"].values()) == 20
+    assert 0.0 < r["median_ms"] <= r["p99_ms"] <= r["max_ms"]
+    assert len(r["slowest"]) == 5 and r["slowest"][0][1] == pytest.approx(r["max_ms"], abs=0.1)
+    assert r["decisions"] and "engine kept" in r["decisions"][0]
+    assert {k: os.environ.get(k) for k in before} == before  # the environment is restored

@@ -1,0 +1,113 @@
+"""The slowest forwards of an accelerated executor under its run-time check: what its probes cost one forward.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_check_tail.py [--models resnet18_v1] [--forwards 600] [--checked]
+
+For each model-zoo network (seeded random weights, ImageNet size, batch 1) one
+accelerated executor is bound with the measured engine rule and the run-time
+check on, over a fresh plan cache, and its forwards are timed one by one, each
+waited for. ``--checked`` makes the bind keep its first candidate untimed (the
+path of a model of seconds a forward: ``checked`` decisions), so that every
+other CPU backend's engine is an *alternate* that the check builds when its first
+probe is due. Printed per model: the median, 99th percentile and slowest
+forward, the side that served the slowest five, the forwards served while an
+alternate was being built beside them, and the check's own statistics.
+
+A benchmark of the latencies a server sees: the other benchmarks leave the
+check's first probes out of their timed runs, as they leave out MXNet's first
+forward.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
+    """Time ``forwards`` forwards of one accelerated executor of ``name``; see the module docstring."""
+    import mxnet as mx
+
+    from mx_trt import bind_info, runtime_stats
+    from mx_trt.pipeline import measure
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
+
+    sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
+    shape = (1, 3, size, size)
+    saved = measure.LONG_RUN_S
+    env = {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured", "MXNET_TENSORRT_RUNTIME_CHECK": "1"}
+    old = {k: os.environ.get(k) for k in [*env, "MXNET_TENSORRT_CACHE_DIR"]}
+    with tempfile.TemporaryDirectory(prefix="mx_trt_tail_") as cache:
+        os.environ.update(env, MXNET_TENSORRT_CACHE_DIR=cache)
+        if checked:
+            measure.LONG_RUN_S = 0.0  # every first forward is "long": the first candidate is kept untimed
+        try:
+            exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
+        finally:
+            measure.LONG_RUN_S = saved
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        info = bind_info(exe)
+        decisions = [d.text for d in info.decisions.values()]
+        x = mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))
+        times: List[float] = []
+        sides: List[str] = []
+        making: List[bool] = []
+        for _ in range(forwards):
+            before = dict((runtime_stats(exe) or {}).get("served", {}))
+            t = time.perf_counter()
+            exe.forward(is_train=False, data=x)
+            exe.outputs[0].wait_to_read()
+            times.append((time.perf_counter() - t) * 1e3)
+            stats = runtime_stats(exe) or {}
+            served = stats.get("served", {})
+            sides.append(next((s for s in served if served[s] > before.get(s, 0)), "engines"))
+            making.append(bool(stats.get("making")))
+    ms = np.asarray(times)
+    worst = [int(i) for i in np.argsort(ms)[::-1][:5]]
+    during = [t for t, m in zip(times, making) if m]
+    return {"model": name, "decisions": decisions, "forwards": forwards, "median_ms": float(np.median(ms)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "slowest": [(i, round(times[i], 1), sides[i]) for i in worst],
+            "while_making": {"forwards": len(during), "max_ms": max(during) if during else None,
+                             "median_ms": statistics.median(during) if during else None},
+            "check": {k: v for k, v in (runtime_stats(exe) or {}).items()
+                      if k in ("serving", "served", "probes", "switches", "dropped")}}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--models", default="resnet18_v1", help="comma-separated model-zoo names")
+    ap.add_argument("--forwards", type=int, default=600)
+    ap.add_argument("--checked", action="store_true", help="keep the first candidate untimed: the others are "
+                    "alternates built by the run-time check")
+    args = ap.parse_args(argv)
+    for name in args.models.split(","):
+        r = tail(name, args.forwards, args.checked)
+        print(f"{name}: {r['decisions']}")
+        print(f"  {r['forwards']} forwards: median {r['median_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+              f"slowest {r['max_ms']:.1f} ms; slowest five (index, ms, side): {r['slowest']}")
+        w = r["while_making"]
+        if w["forwards"]:
+            print(f"  served while an alternate was built beside them: {w['forwards']} forwards, "
+                  f"median {w['median_ms']:.1f} ms, slowest {w['max_ms']:.1f} ms")
+        print(f"  run-time check: {r['check']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -91,8 +91,8 @@ def measure(fn: Callable[[], None], runs: int, warmup: int, tick: Optional[Calla
 #: check's first probe comes after its first eight forwards and takes four more (Faster R-CNN, about two
 #: seconds a forward: 24 s); an alternate engine's first probe waits half a second after the one before.
 CHECK_WARMUP_S = 60.0
-#: ... or this many of its forwards (at their median so far), when that is longer: the first probes take some
-#: twenty forwards of the engines' time (eight of the engines, four of MXNet's, which may be twice as slow at
+#: ... or this many of its forwards (at their median so far), when that is longer: the first probes take twenty
+#: to thirty forwards of the engines' time (eight of the engines, four of MXNet's, which may be twice as slow at
 #: its one default thread, four of each alternate, MIN_CALLS between probes), and a model of ten seconds a
 #: forward (DeepLab and FCN at 8x3x480x480) did not get through them in 60 s: its timed runs then held MXNet's
 #: first probe (DeepLab at batch 8 and MXNet's default threads read 1.32 where its engines alone ran 1.96x).

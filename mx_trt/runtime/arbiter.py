@@ -85,8 +85,24 @@ without waiting for :data:`MIN_CALLS` forwards since the last one.
 
 The same holds with more than two sides (other engines of the same model, which
 a bind kept its first candidate over without timing: :class:`Arbiter`'s
-``alternates``): each probe compares one other side with the serving one, and
-each other side's probes are paid from its share of the budget.
+``alternates``): each probe compares one other side with the serving one. The
+first goes to the first other side in ``sides``' order; after that, a side that
+has overtaken the current one is probed at once, a switch is checked against the
+side it left, and otherwise each other side waits for its own budget, a share
+``BUDGET / (sides - 1)`` of the forward time since its last probe, so that all
+probes together still cost about :data:`BUDGET`. A side never probed costs
+nothing to probe: it comes after :data:`MIN_CALLS` forwards and :data:`MIN_GAP_S`.
+
+An alternate engine may be made off the forward path (built on a thread of its
+own when its first probe is due: :meth:`Arbiter.wait_for`). Until it is ready
+(:meth:`Arbiter.ready`) no probe starts, and the current side's forwards are
+served but not compared: the making takes a core and the interpreter from them,
+so they stand for neither side. A probe of it under way is put off; the budget
+it had earned is kept, so its probe comes at the first forward after. What the
+making took counts in what that probe costs, as a build inside its first forward
+did, so that an alternate released and made again at each probe is not made
+more often than the budget allows; the current side's first forwards after the
+making are held back and dropped, and charged to no probe.
 
 This module is pure (no MXNet): :class:`Arbiter` takes durations and a clock.
 ``runtime.forward.guard_forward`` runs it (:class:`RuntimeCheck`).
@@ -246,15 +262,7 @@ class Arbiter:
 
     Call :meth:`next_side` before a forward and :meth:`record` with its duration
     after it. Not thread-safe: one executor's forwards are serial, as MXNet's are.
-
-    With more than two sides, each probe compares one other side with the current
-    one. The first goes to the first other side in ``sides``' order; after that, a
-    side that has overtaken the current one is probed at once, a switch is checked
-    against the side it left, and otherwise each other side waits for its own
-    budget, a share ``BUDGET / (sides - 1)`` of the forward time since its last
-    probe, so that all probes together still cost about :data:`BUDGET`. A side
-    never probed costs nothing to probe: it comes after :data:`MIN_CALLS` forwards
-    and :data:`MIN_GAP_S`. With the two sides, this is the arbiter described above.
+    More than two sides, and sides made off the forward path: see the module docstring.
 
     Args:
         first: The side that serves first (the bind's decision: the engines).
@@ -280,8 +288,7 @@ class Arbiter:
         self.name = name
         self._clock = clock
         self._window = _Window()
-        # Per side other than the current one:
-        self._gap: Dict[str, float] = {s: 0.0 for s in self.sides}  # how much slower it was at its last probe (s)
+        self._gap: Dict[str, float] = {s: 0.0 for s in self.sides}  # per other side: how much slower at its last probe
         self._ref: Dict[str, Optional[float]] = {s: None for s in self.sides}  # the current side's median then (s)
         self._busy: Dict[str, float] = {s: 0.0 for s in self.sides}  # the current side's forward time since then
         self._probe_calls: Dict[str, int] = {s: PROBE_CALLS for s in self.sides}  # forwards its last probe took
@@ -312,15 +319,13 @@ class Arbiter:
         self.probed: Set[str] = set()
         self.served: Dict[str, int] = {s: 0 for s in self.sides}
         self.medians: Dict[str, Optional[float]] = {s: None for s in self.sides}
-        self.seeded = False  # the bind's timings stand for a first probe
+        start = _seed_start(expect) if first == ENGINES else None
+        self.seeded = start is not None  # the bind's timings stand for a first probe
         self._rebase = False  # the seed's engines time is a part of the forward: take the window's median
-        if expect is not None and first == ENGINES and expect.engines > 0.0:
-            start = None if expect.native_first is None else max(0.0, expect.native_first - expect.native)
-            if start is not None or expect.native >= SEED_ABOVE * expect.engines:
-                self._ref[NATIVE], self._gap[NATIVE], self.seeded = expect.engines, expect.native - expect.engines, True
-                self.probed.add(NATIVE)
-                self._overhead[NATIVE] = start or 0.0
-                self._rebase = expect.partial
+        if expect is not None and start is not None:
+            self._ref[NATIVE], self._gap[NATIVE] = expect.engines, expect.native - expect.engines
+            self.probed.add(NATIVE)
+            self._overhead[NATIVE], self._rebase = start, expect.partial
 
     @property
     def other(self) -> str:
@@ -389,18 +394,13 @@ class Arbiter:
     def overtaken(self) -> bool:
         """The serving side's median, over forwards most of which came after the last probe, and its latest
         compared forward are slower than another side was at its last probe by the switching margin: a probe
-        of that side is due now, however recent the last one.
-
-        Without this, load arriving just after a probe would wait :data:`MIN_CALLS`
-        forwards for the next, which on a model of seconds a forward is most of a
-        minute served by the slower side.
-        """
+        of that side is due now, however recent the last one (else load arriving just after a probe would wait
+        :data:`MIN_CALLS` forwards, on a model of seconds a forward most of a minute, for the next)."""
         return self._overtaking() is not None
 
     def probe_cost(self, side: Optional[str] = None) -> float:
         """What the next probe of ``side`` (``None``: :attr:`other`) is expected to cost over the current side
-        serving its forwards (s): its forwards at :meth:`expected_gap` each, and what waking it cost at its
-        last probe."""
+        serving (s): its forwards at :meth:`expected_gap` each, and what starting it cost at its last probe."""
         side = self.other if side is None else side
         return self._overhead[side] + self._probe_calls[side] * self.expected_gap(side)
 
@@ -452,20 +452,16 @@ class Arbiter:
             self._settle()
 
     def _charge_return(self, dropped: Sequence[float]) -> None:
-        """Add to what the last probe cost what the current side's first forwards after it took beyond the
-        side's median (``dropped``: those its run held back and dropped): the serving side starting again pays
-        for the probed one (MXNet's OpenMP threads still spinning: OpenVINO's first four forwards after
-        MXNet's at 3.1-4.2 ms against 1.6 ms), so the budget spaces probes by both ends of them. O(held)."""
+        """Add to the last probe's cost what the current side's first forwards after it (``dropped``, held back)
+        took beyond its median: starting again pays for the probed side (MXNet's OpenMP threads still spin:
+        OpenVINO's first four forwards after MXNet's 3.1-4.2 ms against 1.6 ms). O(held)."""
         side, self._returning = self._returning, None
         if side is None or not dropped or not self._window:
             return
         self._overhead[side] += max(0.0, sum(dropped) - len(dropped) * self._window.median())
 
     def wait_for(self, side: str) -> None:
-        """``side`` is being made off the forward path (an alternate engine built in the background): a probe of it
-        under way is put off, and until :meth:`ready` (or :meth:`drop`) no probe starts and the current side's
-        forwards are served but not compared: the making takes a core and the interpreter from them, so they
-        stand for neither side. The budget ``side`` had earned is kept, so its probe comes once it is ready. O(1)."""
+        """``side`` is being made off the forward path until :meth:`ready` or :meth:`drop` (module docstring). O(1)."""
         if side not in self.sides or side == self.current:
             return
         if self._target == side:
@@ -473,11 +469,7 @@ class Arbiter:
         self._waiting.add(side)
 
     def ready(self, side: str, cost: float = 0.0) -> None:
-        """``side``, waited for (:meth:`wait_for`), can serve now; making it took ``cost`` seconds, which count in
-        what its next probe costs, as a build inside the probe's first forward did (the serving side's forwards
-        ran beside it), so that an alternate released and made again at each probe is not made more often than
-        the budget allows. When nothing else is being made, the current side starts a new run: its first
-        forwards after the making are held back and dropped, and charged to no probe. O(1)."""
+        """``side``, waited for (:meth:`wait_for`), can serve now; making it took ``cost`` seconds. O(1)."""
         if side in self._waiting:
             self._made[side] = self._made.get(side, 0.0) + cost
             self._waiting.discard(side)
@@ -520,9 +512,8 @@ class Arbiter:
         self.last_probed = target
         self.probed.update((target, self.current))  # both were compared, whichever serves next
         self._probe_calls[target] = max(PROBE_CALLS, self._probe_n)
-        # Its first forwards beyond the side's median: a thread pool waking, a twin bound again and its first
-        # forward (MXNet's oneDNN kernels and weight layouts: 282 ms against 73 ms after, VGG-11 at batch 1),
-        # an alternate engine's first runs; and what making it beside the forwards took (:meth:`ready`).
+        # Its first forwards beyond its median (a pool waking; a twin bound again and its first forward, MXNet's
+        # oneDNN set-up: 282 ms against 73 ms after, VGG-11 at batch 1), and what making it took (:meth:`ready`).
         self._overhead[target] = max(0.0, self._probe_time - self._probe_n * probe) + self._made.pop(target, 0.0)
         self.medians[target], self.medians[self.current] = probe, current
         if probe <= switch_margin(target) * current:
@@ -554,15 +545,24 @@ class Arbiter:
         self._since, self._clean, self._last = 0, 0, self._clock()
 
     def stats(self) -> Dict[str, Any]:
-        """The side serving now, forwards served per side, probes, switches, and the latest medians (ms);
-        ``probing``: the side of the probe under way (``None``: none); ``unprobed``: the other sides no probe
-        has compared yet (their first probe, a twin's bind or an alternate's build, is still to come); ``making``:
-        the sides being made off the forward path (:meth:`wait_for`)."""
+        """The serving side, forwards served per side, probes, switches, latest medians (ms); ``probing``: the
+        probe's side (or ``None``); ``unprobed``: other sides no probe has compared yet; ``making``: sides being
+        made off the forward path."""
         return {"serving": self.current, "served": dict(self.served), "probes": self.probes,
                 "switches": self.switches, "seeded": self.seeded, "probing": self._target,
                 "making": sorted(self._waiting),
                 "unprobed": [s for s in self.sides if s != self.current and s not in self.probed],
                 "median_ms": {k: (v * 1e3 if v is not None else None) for k, v in self.medians.items()}}
+
+
+def _seed_start(expect: Optional[BindTimes]) -> Optional[float]:
+    """What starting native MXNet is taken to cost (s) when the bind's timings ``expect`` stand for the first
+    probe (MXNet's first forward measured, or MXNet at least :data:`SEED_ABOVE` times slower), else ``None``."""
+    if expect is None or expect.engines <= 0.0:
+        return None
+    if expect.native_first is not None:
+        return max(0.0, expect.native_first - expect.native)
+    return 0.0 if expect.native >= SEED_ABOVE * expect.engines else None
 
 
 def switch_margin(target: str) -> float:

@@ -39,6 +39,7 @@ def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
     """Time ``forwards`` forwards of one accelerated executor of ``name``; see the module docstring."""
     import mxnet as mx
 
+    from envscope import env_override
     from mx_trt import bind_info, runtime_stats
     from mx_trt.pipeline import measure
     from tests.models.test_model_zoo import imagenet_size, zoo_model
@@ -46,21 +47,15 @@ def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
     sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
     shape = (1, 3, size, size)
     saved = measure.LONG_RUN_S
-    env = {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured", "MXNET_TENSORRT_RUNTIME_CHECK": "1"}
-    old = {k: os.environ.get(k) for k in [*env, "MXNET_TENSORRT_CACHE_DIR"]}
     with tempfile.TemporaryDirectory(prefix="mx_trt_tail_") as cache:
-        os.environ.update(env, MXNET_TENSORRT_CACHE_DIR=cache)
         if checked:
             measure.LONG_RUN_S = 0.0  # every first forward is "long": the first candidate is kept untimed
         try:
-            exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
+            with env_override({"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured",
+                               "MXNET_TENSORRT_RUNTIME_CHECK": "1", "MXNET_TENSORRT_CACHE_DIR": cache}):
+                exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
         finally:
             measure.LONG_RUN_S = saved
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         info = bind_info(exe)
         decisions = [d.text for d in info.decisions.values()]
         x = mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))

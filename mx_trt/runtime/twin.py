@@ -171,7 +171,7 @@ class RuntimeCheck:
     def forward(self, exe: Any, engines_forward: Callable[[], List[Any]], kwargs: Mapping[str, Any]) -> List[Any]:
         """One inference forward of ``exe`` (``engines_forward`` runs its engines and waits), timed and recorded."""
         side = ENGINES
-        if self.off is None:
+        if self.off is None and self._making:
             self._collect()  # an alternate that failed to build may leave the engines alone: the check is off
         if self.off is None:
             side = self.arbiter.next_side()

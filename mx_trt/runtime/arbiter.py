@@ -83,6 +83,18 @@ side was at the last probe, by the switching margin, over a window most of which
 came after that probe, the probe comes at once (:meth:`Arbiter.overtaken`),
 without waiting for :data:`MIN_CALLS` forwards since the last one.
 
+At a tie every probe is a start paid for nothing, and a side far behind keeps
+losing: spent in full, the budget costs a tie all of it (simulated: 1.8% of the
+forward time, MXNet and the engines at 10 ms and a change of side costing
+5 ms), as much as the ties measured at 0.99-0.995 of MXNet missed. So a side's wait doubles with each probe in a row
+it loses after its first, up to :data:`MAX_BACKOFF` doublings (a quarter of its
+share), while the serving side keeps its speed (its median within
+:data:`STEADY_WITHIN` of what it was at that side's last probe); a switch, or
+the serving side's median moving by more, gives every side its full share
+again. What this gives up: a side that becomes faster while the serving one
+does not change (MXNet's single thread serving a busy machine; the load goes,
+and the engines, slowed by it, are fast again) is found up to four times later.
+
 The same holds with more than two sides (other engines of the same model, which
 a bind kept its first candidate over without timing: :class:`Arbiter`'s
 ``alternates``): each probe compares one other side with the serving one. The
@@ -153,6 +165,14 @@ WARMUP = 3
 MIN_GAP_S = 0.5
 #: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
 BUDGET = 0.02
+#: A side's share of :data:`BUDGET` halves with each probe in a row that it lost after its first, down to this many halvings,
+#: while the serving side keeps its speed (within :data:`STEADY_WITHIN` of its median at that side's last probe).
+#: At a tie every probe is a start paid for nothing: 2% of the forward time spent on them was what kept
+#: tied executors at 0.98-0.995 of MXNet. Load that slows the serving side restores the full share at once.
+MAX_BACKOFF = 2
+#: How far the serving side's median may move from its median at a side's last probe for that side's share of
+#: the budget to stay halved (:data:`MAX_BACKOFF`).
+STEADY_WITHIN = 0.05
 #: An engine (the bind's, or an alternate) takes over when its probe's median is at most this fraction of the
 #: serving side's: clearly faster, as the bind keeps an engine (``passes.cost.KEEP_BELOW``).
 KEEP_BELOW = 0.95
@@ -277,13 +297,9 @@ class Arbiter:
     def __init__(self, first: str = ENGINES, clock: Callable[[], float] = time.monotonic,
                  name: str = "executor", expect: Optional[BindTimes] = None,
                  alternates: Sequence[str] = ()) -> None:
-        self.sides: List[str] = [ENGINES, NATIVE]
-        for alt in alternates:
-            if alt in self.sides:
-                raise ValueError(f"side {alt!r} given twice")
-            self.sides.append(alt)
-        if first not in self.sides:
-            raise ValueError(f"unknown side {first!r}")
+        self.sides: List[str] = [ENGINES, NATIVE, *alternates]
+        if len(set(self.sides)) < len(self.sides) or first not in self.sides:
+            raise ValueError(f"a side given twice in {self.sides}, or an unknown side {first!r} first")
         self.current = first
         self.name = name
         self._clock = clock
@@ -292,6 +308,7 @@ class Arbiter:
         self._ref: Dict[str, Optional[float]] = {s: None for s in self.sides}  # the current side's median then (s)
         self._busy: Dict[str, float] = {s: 0.0 for s in self.sides}  # the current side's forward time since then
         self._probe_calls: Dict[str, int] = {s: PROBE_CALLS for s in self.sides}  # forwards its last probe took
+        self._lost = {s: 0 for s in self.sides}  # its probes in a row that it lost
         # What its last settled probe cost beyond its forwards at its median (s), and what the current side's
         # forwards held back when it took over again cost beyond its median.
         self._overhead: Dict[str, float] = {s: 0.0 for s in self.sides}
@@ -374,7 +391,10 @@ class Arbiter:
         if self._clock() - self._last < MIN_GAP_S:
             return None
         share = BUDGET / len(others)
-        return next((s for s in others if self._busy[s] >= self.probe_cost(s) / share), None)
+        return next((s for s in others if self._busy[s] >= self.probe_cost(s) / share * self._backoff(s)), None)
+
+    def _backoff(self, side: str) -> float:
+        return _backoff(self._lost[side], self._ref[side], self._window)
 
     def _overtaking(self) -> Optional[str]:
         """The first other side that the current one has fallen behind (:meth:`overtaken`), or ``None``."""
@@ -392,10 +412,9 @@ class Arbiter:
         return None
 
     def overtaken(self) -> bool:
-        """The serving side's median, over forwards most of which came after the last probe, and its latest
-        compared forward are slower than another side was at its last probe by the switching margin: a probe
-        of that side is due now, however recent the last one (else load arriving just after a probe would wait
-        :data:`MIN_CALLS` forwards, on a model of seconds a forward most of a minute, for the next)."""
+        """The serving side's median (over forwards mostly after the last probe) and latest compared forward are
+        slower than another side was at its last probe by the switching margin: a probe of it is due now, not
+        after :data:`MIN_CALLS` forwards (on a model of seconds a forward, most of a minute)."""
         return self._overtaking() is not None
 
     def probe_cost(self, side: Optional[str] = None) -> float:
@@ -526,7 +545,7 @@ class Arbiter:
                 ref = self._ref[s]
                 if s not in (old, target) and ref is not None:
                     self._gap[s], self._ref[s] = ref + max(0.0, self._gap[s]) - probe, probe
-                self._busy[s] = 0.0
+                self._busy[s], self._lost[s] = 0.0, 0
             self.current = target
             self.switches += 1
             self._window = _Window(self._probe)
@@ -537,6 +556,7 @@ class Arbiter:
         else:
             self._gap[target], self._ref[target] = max(0.0, probe - current), current
             self._busy[target] = 0.0
+            self._lost[target] += 1
             self._returning = target
             if self._back == target:
                 self._back = None
@@ -563,6 +583,17 @@ def _seed_start(expect: Optional[BindTimes]) -> Optional[float]:
     if expect.native_first is not None:
         return max(0.0, expect.native_first - expect.native)
     return 0.0 if expect.native >= SEED_ABOVE * expect.engines else None
+
+
+def _backoff(lost: int, ref: Optional[float], window: _Window) -> float:
+    """How many times longer than its share of the budget allows a side's next probe waits: 2 ** (``lost`` - 1),
+    at most 2 ** :data:`MAX_BACKOFF`, while the serving side's ``window`` median is within :data:`STEADY_WITHIN`
+    of ``ref`` (its median at that side's last probe), else 1. ``lost``: the side's probes lost in a row. O(1)
+    but for one median of the window when it changed."""
+    halvings = min(lost - 1, MAX_BACKOFF)
+    if halvings <= 0 or ref is None or not window:
+        return 1.0
+    return 1.0 if abs(window.median() - ref) > STEADY_WITHIN * ref else float(2 ** halvings)
 
 
 def switch_margin(target: str) -> float:

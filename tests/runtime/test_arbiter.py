@@ -222,10 +222,11 @@ def test_a_close_bind_that_timed_mxnets_first_forward_makes_the_first_probe_wait
     sides = simulate(a, clock, lat, 14000)
     first = sides.index(NATIVE)
     assert first * engines >= (0.300 - 0.0021) / arb.BUDGET - engines
-    # Load: the engines 30% slower than at the bind; a probe within a window's forwards, and MXNet serves.
+    # Load: the engines 30% slower than at the bind; a probe within a window's forwards, and MXNet serves. The
+    # engines serve only their probes after that: a few forwards each, some hundred forwards apart.
     after = sides[loaded_from:].index(NATIVE)
     assert after <= arb.WINDOW + arb.MAX_WINDOW
-    assert a.current == NATIVE and sides[-50:].count(NATIVE) >= 50 - arb.PROBE_CALLS
+    assert a.current == NATIVE and sides[-1000:].count(NATIVE) >= 950
 
 
 def test_a_near_tie_does_not_flap():

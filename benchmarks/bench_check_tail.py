@@ -17,6 +17,13 @@ alternate was being built beside them, and the check's own statistics.
 A benchmark of the latencies a server sees: the other benchmarks leave the
 check's first probes out of their timed runs, as they leave out MXNet's first
 forward.
+
+``--against-native BLOCK [--busy]`` measures instead what the check costs over
+a long run, which runs of 30 timed forwards cannot show (its probes come every
+few hundred forwards): native MXNet and an accelerated executor, bound with the
+engine rule of the environment, take turns of BLOCK forwards each, and the ratio
+of their means is printed. Run it with ``OMP_NUM_THREADS`` set to the CPUs for
+equal threads, where the two are closest.
 """
 from __future__ import annotations
 
@@ -84,14 +91,76 @@ def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
                       if k in ("serving", "served", "probes", "switches", "dropped")}}
 
 
+def against_native(name: str, forwards: int, block: int, busy: bool) -> Dict[str, Any]:
+    """What the check costs over a long run: ``forwards`` forwards each of native MXNet and of an accelerated
+    executor (run-time check on), in alternating blocks of ``block``, batch 1; with ``busy``, a helper process
+    keeps one core busy throughout. Both use this process's threads: run it with ``OMP_NUM_THREADS`` set to
+    the CPUs for equal threads."""
+    import mxnet as mx
+
+    from busy import BusyCore, deadline_for
+    from envscope import env_override
+    from mx_trt import runtime_stats
+    from tests.models.test_model_zoo import imagenet_size, zoo_model
+
+    sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
+    shape = (1, 3, size, size)
+    x = mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))
+    exes = {}
+    with tempfile.TemporaryDirectory(prefix="mx_trt_tail_") as cache:
+        for side, on in (("native", "0"), ("accelerated", "1")):
+            with env_override({"MXNET_USE_TENSORRT": on, "MXNET_TENSORRT_RUNTIME_CHECK": "1",
+                               "MXNET_TENSORRT_CACHE_DIR": cache}):
+                exes[side] = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
+
+        def run(exe: Any, n: int) -> List[float]:
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                exe.forward(is_train=False, data=x)
+                exe.outputs[0].wait_to_read()
+                out.append(time.perf_counter() - t)
+            return out
+
+        for exe in exes.values():  # warm-up: MXNet's first forwards, the check's first probes
+            run(exe, 200)
+        times: Dict[str, List[float]] = {"native": [], "accelerated": []}
+        t0 = time.perf_counter()
+        helper = BusyCore(seconds=deadline_for(2 * forwards * 0.1)).start() if busy else None
+        try:
+            for i in range(max(1, forwards // block)):
+                for side in (("native", "accelerated") if i % 2 == 0 else ("accelerated", "native")):
+                    times[side] += run(exes[side], block)
+        finally:
+            if helper is not None:
+                helper.stop(f"{name} against native")
+        check = runtime_stats(exes["accelerated"]) or {}
+    mean = {k: statistics.fmean(v) * 1e3 for k, v in times.items()}
+    return {"model": name, "forwards": len(times["native"]), "block": block, "busy": busy,
+            "seconds": time.perf_counter() - t0, "mean_ms": mean,
+            "native/accelerated": mean["native"] / mean["accelerated"],
+            "check": {k: v for k, v in check.items() if k in ("serving", "served", "probes", "switches")}}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--models", default="resnet18_v1", help="comma-separated model-zoo names")
     ap.add_argument("--forwards", type=int, default=600)
     ap.add_argument("--checked", action="store_true", help="keep the first candidate untimed: the others are "
                     "alternates built by the run-time check")
+    ap.add_argument("--against-native", type=int, metavar="BLOCK", default=0,
+                    help="instead: time --forwards forwards each of native MXNet and the accelerated executor in "
+                    "alternating blocks of BLOCK, and print the ratio of their means (the check's long-run cost)")
+    ap.add_argument("--busy", action="store_true", help="with --against-native: one core kept busy throughout")
     args = ap.parse_args(argv)
     for name in args.models.split(","):
+        if args.against_native:
+            r = against_native(name, args.forwards, args.against_native, args.busy)
+            print(f"{name}{' (one core busy)' if args.busy else ''}: {r['forwards']} forwards a side in blocks of "
+                  f"{r['block']}: native {r['mean_ms']['native']:.2f} ms, accelerated "
+                  f"{r['mean_ms']['accelerated']:.2f} ms (means), native/accelerated {r['native/accelerated']:.3f}; "
+                  f"run-time check: {r['check']}")
+            continue
         r = tail(name, args.forwards, args.checked)
         print(f"{name}: {r['decisions']}")
         print(f"  {r['forwards']} forwards: median {r['median_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "

@@ -86,8 +86,8 @@ without waiting for :data:`MIN_CALLS` forwards since the last one.
 At a tie every probe is a start paid for nothing, and a side far behind keeps
 losing: spent in full, the budget costs a tie all of it (simulated: 1.8% of the
 forward time, MXNet and the engines at 10 ms and a change of side costing
-5 ms), as much as the ties measured at 0.99-0.995 of MXNet missed. So a side's wait doubles with each probe in a row
-it loses after its first, up to :data:`MAX_BACKOFF` doublings (a quarter of its
+5 ms), as much as the ties measured at 0.99-0.995 of MXNet missed. So a side's
+wait doubles with each probe in a row it loses after its first, up to :data:`MAX_BACKOFF` doublings (a quarter of its
 share), while the serving side keeps its speed (its median within
 :data:`STEADY_WITHIN` of what it was at that side's last probe); a switch, or
 the serving side's median moving by more, gives every side its full share
@@ -165,10 +165,9 @@ WARMUP = 3
 MIN_GAP_S = 0.5
 #: The share of forward time probes may cost (the slower side's extra time over the forwards' time between probes).
 BUDGET = 0.02
-#: A side's share of :data:`BUDGET` halves with each probe in a row that it lost after its first, down to this many halvings,
-#: while the serving side keeps its speed (within :data:`STEADY_WITHIN` of its median at that side's last probe).
-#: At a tie every probe is a start paid for nothing: 2% of the forward time spent on them was what kept
-#: tied executors at 0.98-0.995 of MXNet. Load that slows the serving side restores the full share at once.
+#: A side's share of :data:`BUDGET` halves with each probe in a row that it lost after its first, down to this
+#: many halvings, while the serving side keeps its speed (within :data:`STEADY_WITHIN` of its median at that
+#: side's last probe): at a tie every probe is a start paid for nothing (module docstring).
 MAX_BACKOFF = 2
 #: How far the serving side's median may move from its median at a side's last probe for that side's share of
 #: the budget to stay halved (:data:`MAX_BACKOFF`).

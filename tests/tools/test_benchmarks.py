@@ -140,3 +140,16 @@ def test_check_tail_times_every_forward_of_a_checked_executor(monkeypatch):
     assert len(r["slowest"]) == 5 and r["slowest"][0][1] == pytest.approx(r["max_ms"], abs=0.1)
     assert r["decisions"] and "engine kept" in r["decisions"][0]
     assert {k: os.environ.get(k) for k in before} == before  # the environment is restored
+
+
+def test_check_tail_against_native_times_both_in_alternating_blocks(monkeypatch):
+    """benchmarks/bench_check_tail.py --against-native: as many timed forwards of native MXNet as of the
+    accelerated executor, whose check served every forward of its own (warm-up included)."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import bench_check_tail
+
+    r = bench_check_tail.against_native("squeezenet1.1", 40, 10, busy=False)
+    assert r["forwards"] == 40 and r["block"] == 10
+    assert r["mean_ms"]["native"] > 0.0 and r["mean_ms"]["accelerated"] > 0.0
+    assert r["native/accelerated"] == pytest.approx(r["mean_ms"]["native"] / r["mean_ms"]["accelerated"])
+    assert sum(r["check"]["served"].values()) == 200 + 40

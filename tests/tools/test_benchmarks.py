@@ -153,3 +153,4 @@ def test_check_tail_against_native_times_both_in_alternating_blocks(monkeypatch)
     assert r["mean_ms"]["native"] > 0.0 and r["mean_ms"]["accelerated"] > 0.0
     assert r["native/accelerated"] == pytest.approx(r["mean_ms"]["native"] / r["mean_ms"]["accelerated"])
     assert sum(r["check"]["served"].values()) == 200 + 40
+    assert r["busy_throughout"] is None  # no helper without busy

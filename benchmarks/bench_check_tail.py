@@ -33,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,30 +42,45 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
-    """Time ``forwards`` forwards of one accelerated executor of ``name``; see the module docstring."""
+def _zoo(name: str) -> Tuple[Any, Dict[str, Any], Tuple[int, ...], Any]:
+    """Model-zoo network ``name`` (seeded random weights) at ImageNet size and batch 1: its symbol, its weights
+    (arguments and auxiliary states merged), its input shape and a seeded input."""
     import mxnet as mx
 
-    from envscope import env_override
-    from mx_trt import bind_info, runtime_stats
-    from mx_trt.pipeline import measure
     from tests.models.test_model_zoo import imagenet_size, zoo_model
 
     sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
     shape = (1, 3, size, size)
+    return sym, {**args, **aux}, shape, mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))
+
+
+def _bind(sym: Any, weights: Dict[str, Any], shape: Tuple[int, ...], env: Dict[str, str]) -> Any:
+    """``sym.simple_bind`` for inference with ``env`` set during the bind (mx_trt reads it there)."""
+    import mxnet as mx
+
+    from envscope import env_override
+
+    with env_override(env):
+        return sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer=weights)
+
+
+def tail(name: str, forwards: int, checked: bool) -> Dict[str, Any]:
+    """Time ``forwards`` forwards of one accelerated executor of ``name``; see the module docstring."""
+    from mx_trt import bind_info, runtime_stats
+    from mx_trt.pipeline import measure
+
+    sym, weights, shape, x = _zoo(name)
     saved = measure.LONG_RUN_S
     with tempfile.TemporaryDirectory(prefix="mx_trt_tail_") as cache:
         if checked:
             measure.LONG_RUN_S = 0.0  # every first forward is "long": the first candidate is kept untimed
         try:
-            with env_override({"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured",
-                               "MXNET_TENSORRT_RUNTIME_CHECK": "1", "MXNET_TENSORRT_CACHE_DIR": cache}):
-                exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
+            exe = _bind(sym, weights, shape, {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_ENGINE_RULE": "measured",
+                                              "MXNET_TENSORRT_RUNTIME_CHECK": "1", "MXNET_TENSORRT_CACHE_DIR": cache})
         finally:
             measure.LONG_RUN_S = saved
         info = bind_info(exe)
         decisions = [d.text for d in info.decisions.values()]
-        x = mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))
         times: List[float] = []
         sides: List[str] = []
         making: List[bool] = []
@@ -96,34 +111,24 @@ def against_native(name: str, forwards: int, block: int, busy: bool) -> Dict[str
     executor (run-time check on), in alternating blocks of ``block``, batch 1; with ``busy``, a helper process
     keeps one core busy throughout. Both use this process's threads: run it with ``OMP_NUM_THREADS`` set to
     the CPUs for equal threads."""
-    import mxnet as mx
-
     from busy import BusyCore, deadline_for
-    from envscope import env_override
     from mx_trt import runtime_stats
-    from tests.models.test_model_zoo import imagenet_size, zoo_model
+    from mx_trt.tools.cli.timing import forward_fn, measure
 
-    sym, args, aux, size = zoo_model(name, size=imagenet_size(name))
-    shape = (1, 3, size, size)
-    x = mx.nd.array(np.random.RandomState(0).rand(*shape).astype("float32"))
+    sym, weights, shape, x = _zoo(name)
     exes = {}
     with tempfile.TemporaryDirectory(prefix="mx_trt_tail_") as cache:
-        for side, on in (("native", "0"), ("accelerated", "1")):
-            with env_override({"MXNET_USE_TENSORRT": on, "MXNET_TENSORRT_RUNTIME_CHECK": "1",
-                               "MXNET_TENSORRT_CACHE_DIR": cache}):
-                exes[side] = sym.simple_bind(mx.cpu(), data=shape, grad_req="null", shared_buffer={**args, **aux})
+        for side, env in (("native", {"MXNET_USE_TENSORRT": "0"}),
+                          ("accelerated", {"MXNET_USE_TENSORRT": "1", "MXNET_TENSORRT_RUNTIME_CHECK": "1",
+                                           "MXNET_TENSORRT_CACHE_DIR": cache})):
+            exes[side] = _bind(sym, weights, shape, env)
+            x.copyto(exes[side].arg_dict["data"])
 
-        def run(exe: Any, n: int) -> List[float]:
-            out = []
-            for _ in range(n):
-                t = time.perf_counter()
-                exe.forward(is_train=False, data=x)
-                exe.outputs[0].wait_to_read()
-                out.append(time.perf_counter() - t)
-            return out
+        def run(side: str, n: int) -> List[float]:
+            return measure(forward_fn(exes[side]), n, 0)  # ms
 
         # Warm-up: MXNet's first forwards, the check's first probes; their medians size the helper's deadline.
-        quiet_s = sum(statistics.median(run(exe, 200)) for exe in exes.values()) * forwards
+        quiet_s = sum(statistics.median(run(side, 200)) for side in exes) / 1e3 * forwards
         times: Dict[str, List[float]] = {"native": [], "accelerated": []}
         t0 = time.perf_counter()
         helper = BusyCore(seconds=deadline_for(quiet_s)).start() if busy else None
@@ -131,12 +136,12 @@ def against_native(name: str, forwards: int, block: int, busy: bool) -> Dict[str
         try:
             for i in range(max(1, forwards // block)):
                 for side in (("native", "accelerated") if i % 2 == 0 else ("accelerated", "native")):
-                    times[side] += run(exes[side], block)
+                    times[side] += run(side, block)
         finally:
             if helper is not None:
                 busy_throughout = helper.stop(f"{name} against native")
         check = runtime_stats(exes["accelerated"]) or {}
-    mean = {k: statistics.fmean(v) * 1e3 for k, v in times.items()}
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
     return {"model": name, "forwards": len(times["native"]), "block": block, "busy": busy,
             "busy_throughout": busy_throughout,
             "seconds": time.perf_counter() - t0, "mean_ms": mean,

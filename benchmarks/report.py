@@ -25,6 +25,51 @@ def _mean_ratio(native: Optional[Dict[str, Any]], accelerated: Optional[Dict[str
     return native["mean_ms"] / accelerated["mean_ms"]
 
 
+def control_verdict(ratios: Sequence[float], controls: Sequence[float]) -> Dict[str, Any]:
+    """How ``ratios`` (native/accelerated) stand against the A/A ``controls`` (native/native bound again) of the
+    same run: ``spread``, the controls' widest distance from 1.0 (as a factor: 0.03 for 0.97 or 1.03);
+    ``at_least`` the ratios at 1.0 or more; ``ties`` those below 1.0 by no more than ``spread`` (two identical
+    executors read as far apart: a tie the run cannot order); ``below`` the rest. O(n)."""
+    spread = max((abs(float(np.log(c))) for c in controls if c and c > 0), default=0.0)
+    ok = [r for r in ratios if r >= 1.0]
+    ties = [r for r in ratios if r < 1.0 and abs(float(np.log(r))) <= spread]
+    return {"spread": float(np.expm1(spread)), "at_least": len(ok), "ties": len(ties),
+            "below": len(ratios) - len(ok) - len(ties), "n": len(ratios)}
+
+
+def _control_line(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
+    """The A/A control's line under an end-to-end table, or ``None`` when no row has the control.
+
+    Each ratio is judged against the controls of its own column and condition (MXNet's default threads or equal
+    threads; quiet or one core busy): MXNet at two OpenMP threads with a core busy reads 0.7-1.4 of itself at
+    batch 1, which says nothing of a quiet cell. O(rows)."""
+    keys = {"default threads": ("native/accelerated", "native/native_control"),
+            "equal threads": ("native_equal_threads/accelerated_equal_threads",
+                              "native_equal_threads/native_control_equal_threads")}
+    groups: Dict[str, List[List[float]]] = {}
+    for r in rows:
+        for label, (k, c) in keys.items():
+            g = groups.setdefault(f"{r.get('condition') or 'as is'}, {label}", [[], []])
+            if r["ratios"].get(k):
+                g[0].append(r["ratios"][k])
+            if r["ratios"].get(c):
+                g[1].append(r["ratios"][c])
+    if not any(c for _, c in groups.values()):
+        return None
+    parts, total = [], {"at_least": 0, "ties": 0, "below": 0, "n": 0}
+    for name, (ratios, controls) in groups.items():
+        if not controls:
+            continue
+        v = control_verdict(ratios, controls)
+        for k in total:
+            total[k] += v[k]
+        parts.append(f"{name} {min(controls):.3f}-{max(controls):.3f}")
+    return (f"A/A control: native MXNet against itself bound a second time, in the same rounds, read "
+            f"{'; '.join(parts)}. Of the {total['n']} native/accelerated ratios with a control: {total['at_least']} at "
+            f"least 1.00, {total['ties']} below 1.00 by no more than their column's and condition's controls (ties "
+            f"this run cannot order), {total['below']} below that.")
+
+
 def ratio_text(x: Optional[float]) -> str:
     """A ratio as the tables print it (``-``: not measured)."""
     return "-" if x is None else f"{x:.2f}"
@@ -125,6 +170,7 @@ def render_tables(res: Dict[str, Any]) -> str:
                    f"OMP_NUM_THREADS={threads} (worker processes, same rounds; the accelerated one measures its "
                    f"engines against MXNet at {threads} threads); target accelerated/whole <= {TARGET_ACCEL_OVER_WHOLE}")
         rows = []
+        control = any(r.get("native_control") or r.get("native_control_equal_threads") for r in res[key])
         for r in res[key]:
             whole = r["whole_model"]
             eq = r.get("native_equal_threads")
@@ -146,18 +192,23 @@ def render_tables(res: Dict[str, Any]) -> str:
                 f"{r['engines']} ({r['ops_in_engines']}/{r['ops_total']})",
                 " / ".join((", ".join(v) or "native") + served_cell(r, k) for k, v in kept.items()) or "-",
                 f"{r['bind_s']['accelerated']:.1f}",
-            ])
+            ] + ([ratio_text(ratios.get("native/native_control")),
+                  ratio_text(ratios.get("native_equal_threads/native_control_equal_threads"))] if control else []))
         out.append(_table(["model", "batch", "condition", "native", f"native {threads}t", "accelerated",
                            f"accel {threads}t", "whole model", "accel/whole", "native/accel",
                            f"native {threads}t/accel {threads}t", "by mean", f"{threads}t by mean", "engines (ops)",
-                           "kept (default / equal)", "bind s"],
+                           "kept (default / equal)", "bind s"] + (["A/A", f"A/A {threads}t"] if control else []),
                           rows, right_from=3))
         out.append("! above the target. by mean: the same ratios of mean latencies (every timed forward counts: "
                    "probes of the run-time check, a side's stalls). engines (ops): engines the measured rule kept "
                    "at default threads (operators in them); kept: their backend and precision at default and at "
                    "equal threads (in parentheses, the share of all forwards the run-time check gave native MXNet or "
                    "another engine, an alternate it compares; the rest ran on the kept engines); "
-                   "bind s: the accelerated bind (the first per model and batch times its engines)")
+                   "bind s: the accelerated bind (the first per model and batch times its engines)"
+                   + ("; A/A: native MXNet over itself bound a second time (the control)" if control else ""))
+        line = _control_line(res[key])
+        if line:
+            out.append(line)
         out.append("")
     return "\n".join(out)
 

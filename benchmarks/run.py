@@ -344,7 +344,7 @@ def bench_fused_node(runs: int) -> List[Dict[str, Any]]:
 
 
 def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, warmup: int,
-                     busy: bool = False) -> List[Dict[str, Any]]:
+                     busy: bool = False, control: bool = False) -> List[Dict[str, Any]]:
     """``mxtrt bench``'s measurement on model-zoo models with seeded random weights.
 
     Native MXNet runs with its default threads and, in a worker process, with
@@ -353,13 +353,15 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     cache (so the bind times the engines: ``bind_s`` holds that cold bind). With
     ``busy``, every model is measured twice: on the machine as it is, then with a
     helper process keeping one core busy (``benchmarks/busy.py``); the second
-    bind finds its decisions and engines in the plan cache.
+    bind finds its decisions and engines in the plan cache. With ``control``, native
+    MXNet is also timed against itself bound a second time, at both thread counts
+    (``bench_one``'s A/A control).
     """
     from busy import BusyCore, deadline_for
 
     import mxnet as mx
 
-    from mx_trt.tools.cli.bench import bench_one, bench_steps
+    from mx_trt.tools.cli.bench import bench_one, bench_steps, bench_variants
     from mx_trt.tools.cli.checkpoint import Checkpoint
     from mx_trt.tools.cli.options import backend_for, settings_from_env
     from mx_trt.tools.cli.timing import Progress
@@ -369,7 +371,8 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
     ctx = mx.cpu()
     backend = backend_for(ctx, settings)
     conditions = ("quiet", "one core busy") if busy else ("as is",)
-    progress = Progress(len(models) * len(batches) * len(conditions) * 3 * bench_steps(runs, warmup))
+    progress = Progress(len(models) * len(batches) * len(conditions) * bench_variants(control)
+                        * bench_steps(runs, warmup))
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="mx_trt_bench_e2e_") as cache:
@@ -388,7 +391,7 @@ def bench_end_to_end(models: Sequence[str], batches: Sequence[int], runs: int, w
                         try:
                             with env_override({"MXNET_TENSORRT_CACHE_DIR": cache}):
                                 r = bench_one(ckpt, {"data": (b, 3, size, size)}, b, ctx, settings, backend, runs,
-                                              warmup, progress)
+                                              warmup, progress, control=control)
                         finally:
                             if helper is not None:
                                 busy_throughout = helper.stop(f"{name} batch {b}")
@@ -459,6 +462,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "models section (default bench_models.RUNS; quick 3)")
     ap.add_argument("--models-busy", action="store_true", help="in the models section, also time every executor "
                     "with one core kept busy")
+    ap.add_argument("--control", action="store_true",
+                    help="in end_to_end and busy, also time native MXNet against itself bound a second time, at both "
+                         "thread counts (an A/A control: what the run reads between two identical executors)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for MXNet (OMP_NUM_THREADS) and each ONNX Runtime engine "
@@ -506,10 +512,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     batches = tuple(int(b) for b in args.batches.split(",")) if args.batches else (1,) if args.quick else BATCHES
     if "end_to_end" in only:
         models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
-        res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2)
+        res["end_to_end"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2, control=args.control)
     if "busy" in only:
         models = args.models.split(",") if args.models else (QUICK_BUSY if args.quick else BUSY)
-        res["busy"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2, busy=True)
+        res["busy"] = bench_end_to_end(models, batches, runs, 1 if args.quick else 2, busy=True,
+                                       control=args.control)
     if "memory" in only:
         from bench_memory import bench_memory
 

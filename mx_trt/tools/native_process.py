@@ -199,20 +199,24 @@ class NativeProcess:
 
 #: The two sides of an equal-threads comparison: native MXNet, and MXNet with the pass.
 SIDES = (("native", False), ("accelerated", True))
+#: The side of an A/A control: native MXNet bound a second time, in a process of its own.
+CONTROL = ("native control", False)
 
 
 def equal_thread_workers(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
                          inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
-                         threads: int = 0, cache_dir: Optional[str] = None
+                         threads: int = 0, cache_dir: Optional[str] = None, control: bool = False
                          ) -> Tuple[Dict[str, NativeProcess], Dict[str, str]]:
-    """Both sides (:data:`SIDES`) in worker processes with ``threads`` OpenMP threads (0: the usable CPUs).
+    """Both sides (:data:`SIDES`) in worker processes with ``threads`` OpenMP threads (0: the usable CPUs),
+    and with ``control`` a third, :data:`CONTROL`: native MXNet again, whose ratio to the first is what the
+    measurement reads between two identical executors.
 
     Returns the workers that bound the model by side, and why the others did not
     (each logged as a warning: a model with custom operators of this process, say).
     """
     workers: Dict[str, NativeProcess] = {}
     failed: Dict[str, str] = {}
-    for side, accelerated in SIDES:
+    for side, accelerated in (*SIDES, CONTROL) if control else SIDES:
         try:
             workers[side] = NativeProcess(symbol, params, shapes, inputs, type_dict, threads=threads or None,
                                           accelerated=accelerated, cache_dir=cache_dir)

@@ -154,3 +154,37 @@ def test_check_tail_against_native_times_both_in_alternating_blocks(monkeypatch)
     assert r["native/accelerated"] == pytest.approx(r["mean_ms"]["native"] / r["mean_ms"]["accelerated"])
     assert sum(r["check"]["served"].values()) == 200 + 40
     assert r["busy_throughout"] is None  # no helper without busy
+
+
+def test_the_control_verdict_sorts_ratios_by_the_runs_own_a_a_spread(monkeypatch):
+    """benchmarks/report.py: a ratio below 1.00 is a tie only within the A/A control's widest deviation."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import report
+
+    v = report.control_verdict([1.2, 1.0, 0.99, 0.975, 0.9], [0.98, 1.01, 1.0])
+    assert v["spread"] == pytest.approx(1 / 0.98 - 1)  # 0.98 is 2.04% from 1.0 as a factor
+    assert (v["at_least"], v["ties"], v["below"], v["n"]) == (2, 1, 2, 5)  # 0.99 a tie; 0.975 and 0.9 below
+    assert report.control_verdict([1.05, 0.999], [])["ties"] == 0  # no control: nothing is a tie
+    assert report.control_verdict([0.97], [1.04])["ties"] == 1  # a control above 1.0 widens the band alike
+    row = {"ratios": {"native/accelerated": 1.5, "native_equal_threads/accelerated_equal_threads": 0.99,
+                      "native/native_control": 0.985, "native_equal_threads/native_control_equal_threads": 1.012}}
+    line = report._control_line([row])
+    assert line is not None and "as is, default threads 0.985-0.985; as is, equal threads 1.012-1.012" in line
+    assert "1 at least 1.00, 1 below 1.00" in line  # 0.99 at equal threads: within that column's 1.012
+    # Each ratio against its own column and condition: a busy column's wide controls make no quiet cell a tie.
+    quiet = {"condition": "quiet", "ratios": {"native/accelerated": 0.99, "native/native_control": 1.001}}
+    busy = {"condition": "one core busy", "ratios": {"native/accelerated": 0.9, "native/native_control": 0.7}}
+    assert "1 at least 1.00" not in report._control_line([quiet, busy])
+    assert "0 at least 1.00, 1 below 1.00 by no more than" in report._control_line([quiet, busy])
+    assert ", 1 below that" in report._control_line([quiet, busy])  # the quiet 0.99, past its 0.1% control
+    assert report._control_line([{"ratios": {"native/accelerated": 1.2}}]) is None  # no control measured
+    res = {"busy": [{**row, "model": "m", "batch": 1, "condition": "quiet", "threads": 2,
+                     "native": {"median_ms": 3.0, "throughput": 333.0, "mean_ms": 3.0},
+                     "native_equal_threads": {"median_ms": 2.0, "throughput": 500.0, "mean_ms": 2.0},
+                     "accelerated": {"median_ms": 2.0, "throughput": 500.0, "mean_ms": 2.0},
+                     "accelerated_equal_threads": {"median_ms": 2.02, "throughput": 495.0, "mean_ms": 2.02},
+                     "native_control": {"median_ms": 3.05}, "whole_model": None, "engines": 1, "ops_in_engines": 3,
+                     "ops_total": 3, "engines_kept": {"default": ["openvino fp32"]}, "bind_s": {"accelerated": 0.1},
+                     "ratios": {**row["ratios"], "accelerated/whole_model": None}}]}
+    text = report.render_tables(res)
+    assert "A/A 2t" in text.splitlines()[1] and report._control_line(res["busy"]) in text

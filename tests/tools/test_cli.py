@@ -185,6 +185,29 @@ def test_bench_whole_model_table(models, capsys):
     assert kept and "default: onnxruntime" in kept[0] and "equal threads:" in kept[0]
 
 
+def test_bench_control_times_native_mxnet_against_itself(models, capsys):
+    """``--control``: native MXNet bound a second time, timed in the same rounds at both thread counts."""
+    code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "2", "--warmup", "0", "--no-whole",
+                         "--control", "--json")
+    assert code == 0, err
+    r = json.loads(out)["results"][0]
+    for key in ("native_control", "native_control_equal_threads"):
+        assert r[key]["runs"] == 2 and r[key]["median_ms"] > 0
+    ratios = r["ratios"]
+    assert ratios["native/native_control"] == pytest.approx(r["native"]["median_ms"] / r["native_control"]["median_ms"])
+    assert ratios["native_equal_threads/native_control_equal_threads"] > 0
+    code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "2", "--warmup", "0", "--no-whole",
+                         "--control")
+    assert code == 0, err
+    head = out.splitlines()[2].split()
+    assert head[-3:] == ["A/A", "A/A", head[6]] and "A/A: native MXNet against itself" in out
+    code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "1", "--warmup", "0", "--no-whole",
+                         "--no-equal-threads", "--json")
+    assert code == 0, err
+    r = json.loads(out)["results"][0]
+    assert r["native_control"] is None and r["ratios"]["native/native_control"] is None  # not asked for
+
+
 def test_progress_bar_on_a_terminal():
     class Tty:
         def __init__(self):

@@ -49,6 +49,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-equal-threads", action="store_true",
                    help="skip native and accelerated MXNet with OMP_NUM_THREADS set to the CPUs this process may "
                         "use (timed in worker processes, interleaved with the others)")
+    p.add_argument("--control", action="store_true",
+                   help="also time native MXNet bound a second time, in the same rounds (at both thread counts): "
+                        "an A/A control, whose ratio to native is what the measurement reads between two "
+                        "identical executors")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -82,6 +86,10 @@ class BenchRow:
     #: Untimed forwards (and their seconds) each accelerated executor took before the timed ones for its
     #: run-time check's first probes (:func:`~mx_trt.tools.cli.timing.warm_check`), by the keys of :attr:`kept`.
     check_warmup: Dict[str, Tuple[int, float]] = field(default_factory=dict)
+    #: The A/A control (``bench_one(control=True)``): native MXNet bound a second time and timed in the same
+    #: rounds, in this process and at equal threads; ``None``: not measured.
+    control: Optional[Dict[str, float]] = None
+    control_threads: Optional[Dict[str, float]] = None
 
     def ratios(self) -> Dict[str, Optional[float]]:
         acc = self.accelerated["median_ms"]
@@ -98,6 +106,12 @@ class BenchRow:
             "accelerated/whole_model": acc / whole if whole else None,
             # Fastest runs: the least disturbed by other processes on the machine.
             "accelerated/whole_model_best": self.accelerated["min_ms"] / best if best else None,
+            # Two identical native executors: what this measurement reads where there is no difference.
+            "native/native_control": (self.native["median_ms"] / self.control["median_ms"]
+                                      if self.control else None),
+            "native_equal_threads/native_control_equal_threads": (
+                self.native_threads["median_ms"] / self.control_threads["median_ms"]
+                if self.native_threads and self.control_threads else None),
         }
 
     def to_json(self) -> Dict[str, Any]:
@@ -110,18 +124,25 @@ class BenchRow:
             "native_equal_threads_note": self.native_threads_note,
             "accelerated_equal_threads": self.accelerated_threads, "engines_kept": self.kept,
             "served": self.served, "ratios": self.ratios(),
+            "native_control": self.control, "native_control_equal_threads": self.control_threads,
             "check_warmup": {k: {"forwards": n, "seconds": t} for k, (n, t) in self.check_warmup.items()},
         }
 
 
+def bench_variants(control: bool = False) -> int:
+    """Variants :func:`bench_one` times in this process: native, accelerated, the whole model, and the
+    control's native MXNet with ``control``."""
+    return 3 + int(control)
+
+
 def bench_steps(runs: int, warmup: int) -> int:
-    """Forward calls :func:`bench_one` makes per variant (for a progress bar)."""
+    """Forward calls :func:`bench_one` makes per variant of this process (for a progress bar)."""
     return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
 
 
 def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: Any, settings: Any, backend: Any,
               runs: int, warmup: int, progress: Progress, seed: int = 0, whole: bool = True,
-              equal_threads: bool = True) -> BenchRow:
+              equal_threads: bool = True, control: bool = False) -> BenchRow:
     """Native, accelerated and whole-model latencies at one batch size, in this process.
 
     All executors are bound first; then ``runs`` timed runs per variant are
@@ -141,6 +162,12 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     run-time check has probed every side once (:func:`~mx_trt.tools.cli.timing.warm_check`:
     the twin's bind and first forward, as native MXNet's first forward is left out
     of its own times); what that took is reported (``check_warmup``).
+
+    With ``control``, native MXNet is bound once more, in this process and (with
+    ``equal_threads``) in a third worker, and timed in the same rounds: an A/A
+    control. Its ratio to native MXNet is what this measurement reads between two
+    identical executors; a ratio of the accelerated executor that is as close to
+    1.0 is a tie the run cannot order.
     """
     bshapes = with_batch(shapes, batch)
     feeds = random_inputs(bshapes, seed)
@@ -157,6 +184,11 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     # The direct run hands the engine host buffers: CPU engines only for now.
     engine = WholeModelEngine.from_bind(info) if whole and ctx.device_type == "cpu" else None
     variants: Dict[str, Callable[[], None]] = {"native": forward_fn(native), "accelerated": forward_fn(exe)}
+    twin_native = None
+    if control:
+        twin_native = bind_native(ckpt, bshapes, ctx)
+        run_executor(twin_native, feeds)
+        variants["native control"] = forward_fn(twin_native)
     if engine is not None:
         engine.set_inputs(feeds)
         variants["whole model"] = engine.run
@@ -172,7 +204,8 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     elif equal_threads:
         progress.phase(f"batch {batch}: binding natively and accelerated at equal threads")
         # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
-        by_side, failed = equal_thread_workers(ckpt.symbol, ckpt.params, bshapes, feeds, threads=settings.ort_threads)
+        by_side, failed = equal_thread_workers(ckpt.symbol, ckpt.params, bshapes, feeds, threads=settings.ort_threads,
+                                               control=control)
         workers = {f"{side} equal threads": w for side, w in by_side.items()}
         worker_note = "; ".join(f"{side} equal threads: {why}" for side, why in failed.items())
     check_warmup = {"default": warm_check(variants["accelerated"], exe)}
@@ -204,6 +237,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     whole_stats = latency_stats(times["whole model"], batch) if engine is not None else None
     inside, total = info.plan.op_counts()
     nat_w, acc_w = workers.get("native equal threads"), workers.get("accelerated equal threads")
+    ctl_w = workers.get("native control equal threads")
     kept = {"default": info.kept_engines()}
     if acc_w is not None:
         kept["equal threads"] = acc_w.backends
@@ -213,8 +247,10 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    latency_stats(times["native equal threads"], batch) if nat_w is not None else None,
                    nat_w.threads if nat_w is not None else 0, worker_note,
                    latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
-                   shares, check_warmup)
-    del exe, info, engine, native, variants
+                   shares, check_warmup,
+                   latency_stats(times["native control"], batch) if twin_native is not None else None,
+                   latency_stats(times["native control equal threads"], batch) if ctl_w is not None else None)
+    del exe, info, engine, native, variants, twin_native
     return row
 
 
@@ -248,12 +284,15 @@ def _fmt_ratio(x: Optional[float]) -> str:
 
 
 def bench_table(rows: Sequence[BenchRow]) -> str:
-    """The side-by-side table ``mxtrt bench`` prints."""
+    """The side-by-side table ``mxtrt bench`` prints (the A/A columns when a row has the control)."""
     threads = max((r.threads for r in rows), default=0)
     eq = f"{threads}t" if threads else "eq."
-    head = ("batch", "native ms", "p90", "/s", f"native {eq} ms", "p90", "/s", "accel ms", "p90", "/s",
-            f"accel {eq} ms", "p90", "/s", "whole ms", "p90", "/s",
-            "native/accel", f"native {eq}/accel {eq}", "accel/whole")
+    control = any(r.control is not None or r.control_threads is not None for r in rows)
+    head: Tuple[str, ...] = ("batch", "native ms", "p90", "/s", f"native {eq} ms", "p90", "/s", "accel ms", "p90",
+                             "/s", f"accel {eq} ms", "p90", "/s", "whole ms", "p90", "/s",
+                             "native/accel", f"native {eq}/accel {eq}", "accel/whole")
+    if control:
+        head += ("A/A", f"A/A {eq}")
     table: List[Tuple[str, ...]] = [head]
     for r in rows:
         cells = [str(r.batch)]
@@ -266,6 +305,9 @@ def bench_table(rows: Sequence[BenchRow]) -> str:
         cells += [_fmt_ratio(ratios["native/accelerated"]),
                   _fmt_ratio(ratios["native_equal_threads/accelerated_equal_threads"]),
                   _fmt_ratio(ratios["accelerated/whole_model"])]
+        if control:
+            cells += [_fmt_ratio(ratios["native/native_control"]),
+                      _fmt_ratio(ratios["native_equal_threads/native_control_equal_threads"])]
         table.append(tuple(cells))
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     lines = []
@@ -288,12 +330,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         for b in batches:  # every batch must fit before anything is timed
             resolve_shapes(ckpt, with_batch(shapes, b))
-    progress = Progress(len(batches) * 3 * bench_steps(args.runs, args.warmup))
+    progress = Progress(len(batches) * bench_variants(args.control) * bench_steps(args.runs, args.warmup))
     rows = []
     try:
         for b in batches:
             rows.append(bench_one(ckpt, shapes, b, ctx, settings, backend, args.runs, args.warmup, progress,
-                                  args.seed, whole=not args.no_whole, equal_threads=not args.no_equal_threads))
+                                  args.seed, whole=not args.no_whole, equal_threads=not args.no_equal_threads,
+                                  control=args.control))
     finally:
         progress.close()
     if args.json:
@@ -310,6 +353,9 @@ def run(args: argparse.Namespace) -> int:
               + (f"native/accel {threads}t: OMP_NUM_THREADS={threads}, the CPUs this process may use, "
                  "in worker processes" if threads else "equal threads not measured"))
         sys.stdout.write(bench_table(rows))
+        if args.control:
+            print("A/A: native MXNet against itself bound a second time, timed in the same rounds: a ratio of the "
+                  "accelerated executor as close to 1.00 is a tie this run cannot order")
         for r in rows:
             kept = "; ".join(f"{k}: {', '.join(v) or 'none (all native)'}{served_note(r.served.get(k))}"
                              for k, v in r.kept.items())

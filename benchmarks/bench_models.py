@@ -105,6 +105,9 @@ VARIANTS: Dict[str, Optional[Dict[str, Optional[str]]]] = {
 EQUAL = "native, equal threads"
 #: The pass (measured rule) in a worker process with OMP_NUM_THREADS = the engines' threads.
 EQUAL_MEASURED = "measured, equal threads"
+#: The A/A control (``control``): native MXNet bound a second time, in this process and in a third worker.
+CONTROL = "native control"
+EQUAL_CONTROL = "native control, equal threads"
 CONDITIONS = ("quiet", "one core busy")
 #: Native MXNet forward time a timed sample spans at least (ms): a fast model's sample is the mean of several
 #: forwards in one turn, so that a dozen samples' median is not moved by single forwards' luck. (It does not
@@ -184,8 +187,10 @@ def _native_reasons(info: Any, limit: int = 6) -> List[str]:
 
 
 def bench_models(names: Sequence[str], runs: int, warmup: int = 1, batches: Sequence[int] = (1,),
-                 busy: bool = False) -> List[Dict[str, Any]]:
-    """One row per model and batch; see the module docstring."""
+                 busy: bool = False, control: bool = False) -> List[Dict[str, Any]]:
+    """One row per model and batch; see the module docstring. With ``control``, native MXNet bound a second
+    time is timed in the same rounds, at both thread counts (:data:`CONTROL`, :data:`EQUAL_CONTROL`): an A/A
+    control, whose ratios to native MXNet are in each condition's ``ratios`` (``A/A ...``)."""
     builders = _builders()
     rows: List[Dict[str, Any]] = []
     for name in names:
@@ -194,7 +199,7 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1, batches: Sequ
         base = build()
         logger.info("%s (%s) built in %.1f s", name, desc, time.perf_counter() - t0)
         for b in batches:
-            row = _bench_one(name, at_batch(base, b), b, desc, runs, warmup, busy)
+            row = _bench_one(name, at_batch(base, b), b, desc, runs, warmup, busy, control)
             if row is not None:
                 rows.append(row)
         del base
@@ -203,7 +208,7 @@ def bench_models(names: Sequence[str], runs: int, warmup: int = 1, batches: Sequ
 
 
 def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: int,
-               busy: bool) -> Optional[Dict[str, Any]]:
+               busy: bool, control: bool = False) -> Optional[Dict[str, Any]]:
     from busy import BusyCore, deadline_for
 
     from mx_trt.builder import engines
@@ -226,7 +231,9 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
                                str(exc).splitlines()[0][:200])
                 return None
             bind_s[variant] = time.perf_counter() - t
-        workers = _equal_threads(model, cache)
+        if control:
+            exes[CONTROL], _ = _bind(model, None)
+        workers = _equal_threads(model, cache, control)
         check_warmup: Dict[str, Any] = {}
         for v, exe in exes.items():
             for _ in range(warmup):
@@ -316,20 +323,28 @@ def _bench_one(name: str, model: Any, batch: int, desc: str, runs: int, warmup: 
 
 
 def _four_ratios(med: Mapping[str, float]) -> Dict[str, Optional[float]]:
-    """native/accelerated at MXNet's default threads and at equal threads (both sides in worker processes)."""
+    """native/accelerated at MXNet's default threads and at equal threads (both sides in worker processes), and
+    where the A/A control ran, native MXNet over itself bound again at each (``A/A default threads``, ...)."""
     eq, acc_eq = med.get(EQUAL), med.get(EQUAL_MEASURED)
-    return {"default threads": med["native"] / med["measured"],
-            "equal threads": eq / acc_eq if eq and acc_eq else None}
+    out = {"default threads": med["native"] / med["measured"],
+           "equal threads": eq / acc_eq if eq and acc_eq else None}
+    if CONTROL in med:
+        out["A/A default threads"] = med["native"] / med[CONTROL]
+    if eq and med.get(EQUAL_CONTROL):
+        out["A/A equal threads"] = eq / med[EQUAL_CONTROL]
+    return out
 
 
-def _equal_threads(model: Any, cache: str) -> Dict[str, Any]:
-    """Native MXNet and the pass with the engines' thread count in worker processes (those that can run there)."""
+def _equal_threads(model: Any, cache: str, control: bool = False) -> Dict[str, Any]:
+    """Native MXNet and the pass with the engines' thread count in worker processes (those that can run there),
+    and with ``control`` native MXNet again (:data:`EQUAL_CONTROL`)."""
     from mx_trt.settings import Settings
     from mx_trt.tools.native_process import equal_thread_workers
 
     by_side, _ = equal_thread_workers(model.sym, model.params, model.shapes, model.inputs, model.dtypes,
-                                      threads=Settings.from_env().ort_threads, cache_dir=cache)
-    return {{"native": EQUAL, "accelerated": EQUAL_MEASURED}[side]: w for side, w in by_side.items()}
+                                      threads=Settings.from_env().ort_threads, cache_dir=cache, control=control)
+    names = {"native": EQUAL, "accelerated": EQUAL_MEASURED, "native control": EQUAL_CONTROL}
+    return {names[side]: w for side, w in by_side.items()}
 
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -380,4 +395,10 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
             best = rules[min(rules, key=m.get)]
         out.append(f"| {r['model']} | {m['native']:.1f} | {e['always']}, {m['always']:.1f} | {e['cost']}, {m['cost']:.1f} | "
                    f"{best} |")
+    controls = [(r, c) for r in rows for c in conds if "A/A default threads" in r.get("ratios", {}).get(c, {})]
+    if controls:
+        out += ["", "A/A control, native MXNet over itself bound a second time in the same rounds (default threads / "
+                f"{threads}t): " + "; ".join(
+                    f"{r['model']} batch {r.get('batch', 1)} {c} {cell(r['ratios'][c]['A/A default threads'])} / "
+                    f"{cell(r['ratios'][c].get('A/A equal threads'))}" for r, c in controls)]
     return "\n".join(out)

@@ -463,8 +463,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--models-busy", action="store_true", help="in the models section, also time every executor "
                     "with one core kept busy")
     ap.add_argument("--control", action="store_true",
-                    help="in end_to_end and busy, also time native MXNet against itself bound a second time, at both "
-                         "thread counts (an A/A control: what the run reads between two identical executors)")
+                    help="in end_to_end, busy and models, also time native MXNet against itself bound a second time, at "
+                         "both thread counts (an A/A control: what the run reads between two identical executors)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for MXNet (OMP_NUM_THREADS) and each ONNX Runtime engine "
@@ -537,7 +537,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         res["models"] = bench_models.bench_models(
             names, args.models_runs or (3 if args.quick else bench_models.RUNS),
             batches=tuple(int(b) for b in args.models_batches.split(",")) if args.models_batches else (1,),
-            busy=args.models_busy)
+            busy=args.models_busy, control=args.control)
     if "int8" in only:
         from bench_int8 import bench_int8
 

@@ -188,3 +188,24 @@ def test_the_control_verdict_sorts_ratios_by_the_runs_own_a_a_spread(monkeypatch
                      "ratios": {**row["ratios"], "accelerated/whole_model": None}}]}
     text = report.render_tables(res)
     assert "A/A 2t" in text.splitlines()[1] and report._control_line(res["busy"]) in text
+
+
+def test_the_models_section_reports_its_a_a_control(monkeypatch):
+    """benchmarks/bench_models.py: native MXNet over itself bound again, per condition and thread count."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import bench_models as bm
+
+    med = {"native": 10.0, "measured": 8.0, bm.EQUAL: 6.0, bm.EQUAL_MEASURED: 5.0, bm.CONTROL: 10.2,
+           bm.EQUAL_CONTROL: 5.9}
+    r = bm._four_ratios(med)
+    assert r["default threads"] == pytest.approx(1.25) and r["equal threads"] == pytest.approx(1.2)
+    assert r["A/A default threads"] == pytest.approx(10.0 / 10.2) and r["A/A equal threads"] == pytest.approx(6 / 5.9)
+    plain = bm._four_ratios({k: v for k, v in med.items() if k not in (bm.CONTROL, bm.EQUAL_CONTROL)})
+    assert not any(k.startswith("A/A") for k in plain)  # no control run: no A/A ratio
+    row = {"model": "m", "batch": 1, "input": "1x3", "ops": 3, "ops_in_engines": 3, "native_ops": [],
+           "median_ms": {**med, "cost": 8.0, "always": 8.0}, "native/cost": 1.25, "engines": {"cost": 1, "always": 1},
+           "partitions": {"cost": [[0]], "always": [[0]]}, "threads": 2, "kept": {"default": ["openvino fp32"]},
+           "ratios": {"quiet": r}}
+    text = bm.render([row])
+    assert "A/A control" in text and "m batch 1 quiet 0.98 / 1.02" in text
+    assert "A/A control" not in bm.render([{**row, "ratios": {"quiet": plain}}])

@@ -395,10 +395,25 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
             best = rules[min(rules, key=m.get)]
         out.append(f"| {r['model']} | {m['native']:.1f} | {e['always']}, {m['always']:.1f} | {e['cost']}, {m['cost']:.1f} | "
                    f"{best} |")
-    controls = [(r, c) for r in rows for c in conds if "A/A default threads" in r.get("ratios", {}).get(c, {})]
-    if controls:
-        out += ["", "A/A control, native MXNet over itself bound a second time in the same rounds (default threads / "
-                f"{threads}t): " + "; ".join(
-                    f"{r['model']} batch {r.get('batch', 1)} {c} {cell(r['ratios'][c]['A/A default threads'])} / "
-                    f"{cell(r['ratios'][c].get('A/A equal threads'))}" for r, c in controls)]
+    line = _control_line(rows, conds)
+    if line:
+        out += ["", line]
     return "\n".join(out)
+
+
+def _control_line(rows: Sequence[Mapping[str, Any]], conds: Sequence[str]) -> Optional[str]:
+    """``report.control_summary`` of the rows' ratios and their A/A controls (:func:`_four_ratios`), grouped by
+    condition and thread count, or ``None`` without a control. O(rows)."""
+    from report import control_summary
+
+    groups: Dict[str, Tuple[List[float], List[float]]] = {}
+    for c in conds:
+        for label in ("default threads", "equal threads"):
+            ratios, controls = groups.setdefault(f"{c}, {label}", ([], []))
+            for r in rows:
+                got = r.get("ratios", {}).get(c, {})
+                if got.get(label):
+                    ratios.append(got[label])
+                if got.get(f"A/A {label}"):
+                    controls.append(got[f"A/A {label}"])
+    return control_summary(groups)

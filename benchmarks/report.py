@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,25 +37,11 @@ def control_verdict(ratios: Sequence[float], controls: Sequence[float]) -> Dict[
             "below": len(ratios) - len(ok) - len(ties), "n": len(ratios)}
 
 
-def _control_line(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
-    """The A/A control's line under an end-to-end table, or ``None`` when no row has the control.
-
-    Each ratio is judged against the controls of its own column and condition (MXNet's default threads or equal
-    threads; quiet or one core busy): MXNet at two OpenMP threads with a core busy reads 0.7-1.4 of itself at
-    batch 1, which says nothing of a quiet cell. O(rows)."""
-    keys = {"default threads": ("native/accelerated", "native/native_control"),
-            "equal threads": ("native_equal_threads/accelerated_equal_threads",
-                              "native_equal_threads/native_control_equal_threads")}
-    groups: Dict[str, List[List[float]]] = {}
-    for r in rows:
-        for label, (k, c) in keys.items():
-            g = groups.setdefault(f"{r.get('condition') or 'as is'}, {label}", [[], []])
-            if r["ratios"].get(k):
-                g[0].append(r["ratios"][k])
-            if r["ratios"].get(c):
-                g[1].append(r["ratios"][c])
-    if not any(c for _, c in groups.values()):
-        return None
+def control_summary(groups: Mapping[str, Tuple[Sequence[float], Sequence[float]]]) -> Optional[str]:
+    """The A/A control's line: for each group (a column and condition) its ``(ratios, controls)``, each ratio
+    judged by :func:`control_verdict` against its own group's controls; ``None`` when no group has a control.
+    Groups keep apart what differs: MXNet at two OpenMP threads with a core busy reads 0.7-1.4 of itself at
+    batch 1, which says nothing of a quiet cell. O(ratios + controls)."""
     parts, total = [], {"at_least": 0, "ties": 0, "below": 0, "n": 0}
     for name, (ratios, controls) in groups.items():
         if not controls:
@@ -64,10 +50,29 @@ def _control_line(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
         for k in total:
             total[k] += v[k]
         parts.append(f"{name} {min(controls):.3f}-{max(controls):.3f}")
+    if not parts:
+        return None
     return (f"A/A control: native MXNet against itself bound a second time, in the same rounds, read "
             f"{'; '.join(parts)}. Of the {total['n']} native/accelerated ratios with a control: {total['at_least']} at "
             f"least 1.00, {total['ties']} below 1.00 by no more than their column's and condition's controls (ties "
             f"this run cannot order), {total['below']} below that.")
+
+
+def _control_line(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
+    """:func:`control_summary` of an end-to-end table's rows (``ratios`` by the keys of ``BenchRow.ratios``),
+    grouped by condition and thread count. O(rows)."""
+    keys = {"default threads": ("native/accelerated", "native/native_control"),
+            "equal threads": ("native_equal_threads/accelerated_equal_threads",
+                              "native_equal_threads/native_control_equal_threads")}
+    groups: Dict[str, Tuple[List[float], List[float]]] = {}
+    for r in rows:
+        for label, (k, c) in keys.items():
+            ratios, controls = groups.setdefault(f"{r.get('condition') or 'as is'}, {label}", ([], []))
+            if r["ratios"].get(k):
+                ratios.append(r["ratios"][k])
+            if r["ratios"].get(c):
+                controls.append(r["ratios"][c])
+    return control_summary(groups)
 
 
 def ratio_text(x: Optional[float]) -> str:

@@ -207,5 +207,6 @@ def test_the_models_section_reports_its_a_a_control(monkeypatch):
            "partitions": {"cost": [[0]], "always": [[0]]}, "threads": 2, "kept": {"default": ["openvino fp32"]},
            "ratios": {"quiet": r}}
     text = bm.render([row])
-    assert "A/A control" in text and "m batch 1 quiet 0.98 / 1.02" in text
+    assert "A/A control" in text and "quiet, default threads 0.980-0.980; quiet, equal threads 1.017-1.017" in text
+    assert "2 native/accelerated ratios with a control: 2 at least 1.00" in text  # 1.25 and 1.2, each against its own column
     assert "A/A control" not in bm.render([{**row, "ratios": {"quiet": plain}}])

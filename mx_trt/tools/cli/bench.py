@@ -184,11 +184,11 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
     # The direct run hands the engine host buffers: CPU engines only for now.
     engine = WholeModelEngine.from_bind(info) if whole and ctx.device_type == "cpu" else None
     variants: Dict[str, Callable[[], None]] = {"native": forward_fn(native), "accelerated": forward_fn(exe)}
-    twin_native = None
+    native_again = None
     if control:
-        twin_native = bind_native(ckpt, bshapes, ctx)
-        run_executor(twin_native, feeds)
-        variants["native control"] = forward_fn(twin_native)
+        native_again = bind_native(ckpt, bshapes, ctx)
+        run_executor(native_again, feeds)
+        variants["native control"] = forward_fn(native_again)
     if engine is not None:
         engine.set_inputs(feeds)
         variants["whole model"] = engine.run
@@ -248,9 +248,9 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
                    nat_w.threads if nat_w is not None else 0, worker_note,
                    latency_stats(times["accelerated equal threads"], batch) if acc_w is not None else None, kept,
                    shares, check_warmup,
-                   latency_stats(times["native control"], batch) if twin_native is not None else None,
+                   latency_stats(times["native control"], batch) if native_again is not None else None,
                    latency_stats(times["native control equal threads"], batch) if ctl_w is not None else None)
-    del exe, info, engine, native, variants, twin_native
+    del exe, info, engine, native, variants, native_again
     return row
 
 

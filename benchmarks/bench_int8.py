@@ -1,4 +1,4 @@
-"""INT8 engines against fp32 engines and against MXNet 1.9.1's own oneDNN INT8 (section ``int8`` of run.py).
+"""INT8 and bf16 engines against fp32 engines and against MXNet 1.9.1's own oneDNN INT8 and bf16 (section ``int8``).
 
 Two parts, everything in this process and side by side:
 
@@ -11,7 +11,8 @@ Two parts, everything in this process and side by side:
 * **speed**: model-zoo networks (``tests/models/normalized.py``: random weights,
   BatchNorm statistics of image-like inputs, so that int8 meets realistic ranges),
   at batch 1 and 8: the fp32 engine, the int8 engine, native MXNet fp32 and MXNet's
-  oneDNN INT8, timed in alternating rounds whose order rotates, with a pause after
+  oneDNN INT8, and where a backend computes in bfloat16 here (:func:`bf16_reason`) the
+  bf16 engine and MXNet's own bf16 (``mx.contrib.amp.convert_symbol(..., target_dtype="bfloat16")``), timed in alternating rounds whose order rotates, with a pause after
   each MXNet variant so that its spinning OpenMP threads have stopped before the
   next one is timed (median ms and the ratios), plus the
   centred cosine similarity of each variant's logits to native fp32 (the fp16
@@ -58,8 +59,9 @@ def _native_bind(sym: Any, args: Mapping[str, Any], aux: Mapping[str, Any], shap
 
 
 def _engine_bind(sym: Any, args: Mapping[str, Any], aux: Mapping[str, Any], shape: Tuple[int, ...], precision: str,
-                 table: str = "", engine_rule: Optional[str] = None) -> Any:
-    """An executor with the pass at ``precision`` (plan cache off, so every engine is built here)."""
+                 table: str = "", engine_rule: Optional[str] = None, backend: Optional[str] = None) -> Any:
+    """An executor with the pass at ``precision`` (plan cache off, so every engine is built here), on ``backend``
+    (``None``: the environment's)."""
     import mxnet as mx
 
     import mx_trt
@@ -67,12 +69,40 @@ def _engine_bind(sym: Any, args: Mapping[str, Any], aux: Mapping[str, Any], shap
 
     env = {"MXNET_TENSORRT_PRECISION": precision, "MXNET_TENSORRT_CALIBRATION": table or None,
            "MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_USE_FP16": None, "MXNET_TENSORRT_ENGINE_RULE": engine_rule}
+    if backend is not None:
+        env["MXNET_TENSORRT_BACKEND"] = backend
     with env_override(env):
         exe = mx_trt.tensorrt_bind(sym, mx.cpu(), {**args, **aux}, data=shape)
     info = mx_trt.bind_info(exe)
     if info is None or not info.engines:
         raise RuntimeError(f"{precision}: the pass built no engine")
     return exe
+
+
+def bf16_backend() -> Tuple[Optional[str], str]:
+    """The first CPU backend that builds bf16 engines here (``None``: none does), and why the others do not."""
+    from mx_trt.builder.backends import candidate_backends
+
+    reasons = []
+    for b in candidate_backends("cpu"):
+        why = b.precision_reason("bf16")
+        if why is None:
+            return b.name, "; ".join(reasons)
+        reasons.append(why)
+    return None, "; ".join(reasons)
+
+
+def bf16_reason() -> Optional[str]:
+    """``None`` when some CPU backend builds bf16 engines here, else why none does."""
+    name, why = bf16_backend()
+    return None if name else why
+
+
+def mxnet_bf16(sym: Any) -> Any:
+    """MXNet 1.9.1's own bf16 on the CPU: AMP's cast layers around the operators oneDNN runs in bfloat16."""
+    from mxnet.contrib import amp
+
+    return amp.convert_symbol(sym, target_dtype="bfloat16", cast_optional_params=False)
 
 
 def _forward(exe: Any, x: np.ndarray) -> np.ndarray:
@@ -187,6 +217,14 @@ def bench_speed(models: Sequence[Tuple[str, int]], batches: Sequence[int], runs:
     from tests.models.normalized import centered_cosine, normalized_zoo_model, smooth_images
 
     rows: List[Dict[str, Any]] = []
+    from mx_trt.builder.backends import select_backend
+    from mx_trt.settings import Settings
+
+    bf16, no_bf16 = bf16_backend()
+    if bf16 is None:
+        logger.warning("bf16 not measured: %s", no_bf16)
+    default = select_backend("cpu", Settings.from_env().backend).name
+    f32_of_bf16 = "fp32 engine" if bf16 == default else f"{bf16} fp32 engine"
     for name, size in models:
         sym, args, aux = normalized_zoo_model(name, size, stats_images=8)
         calib = [smooth_images(8, size, seed) for seed in range(CALIB_BATCHES)]
@@ -202,6 +240,13 @@ def bench_speed(models: Sequence[Tuple[str, int]], batches: Sequence[int], runs:
                         "int8 engine": _engine_bind(sym, args, aux, shape, "int8", path)}
                 if q is not None:
                     exes["MXNet INT8"] = _native_bind(q[0], q[1], q[2], shape, {"data": np.float32})
+                if bf16:
+                    # Its fp32 baseline is the same backend's fp32 engine (the bf16 one's, when not the default).
+                    exes["bf16 engine"] = _engine_bind(sym, args, aux, shape, "bf16", backend=bf16)
+                    if bf16 != default:
+                        exes[f"{bf16} fp32 engine"] = _engine_bind(sym, args, aux, shape, "fp32", backend=bf16)
+                    if with_mxnet:
+                        exes["MXNet bf16"] = _native_bind(mxnet_bf16(sym), args, aux, shape)
                 # Not timed: how much fp16 rounding alone moves the logits (random networks amplify rounding).
                 fp16 = _forward(_engine_bind(sym, args, aux, shape, "fp16"), x)
                 outs = {"fp16 engine": fp16}
@@ -212,7 +257,7 @@ def bench_speed(models: Sequence[Tuple[str, int]], batches: Sequence[int], runs:
                 for exe in exes.values():  # the run-time check's first probes are not timed (bench_models)
                     warm_check(forward_fn(exe), exe)
                 times = _rounds({k: forward_fn(e) for k, e in exes.items()}, runs, warmup,
-                                settle=("native fp32", "MXNet INT8"))
+                                settle=("native fp32", "MXNet INT8", "MXNet bf16"))
                 med = {k: statistics.median(v) for k, v in times.items()}
                 best = {k: min(v) for k, v in times.items()}
                 row: Dict[str, Any] = {
@@ -223,6 +268,10 @@ def bench_speed(models: Sequence[Tuple[str, int]], batches: Sequence[int], runs:
                     "mxnet_int8/int8": med["MXNet INT8"] / med["int8 engine"] if q is not None else None,
                     "mxnet_int8/int8_best": best["MXNet INT8"] / best["int8 engine"] if q is not None else None,
                     "native/int8": med["native fp32"] / med["int8 engine"],
+                    "bf16_backend": bf16, "bf16_fp32": f32_of_bf16 if bf16 else None,
+                    "fp32/bf16": med[f32_of_bf16] / med["bf16 engine"] if bf16 else None,
+                    "native/bf16": med["native fp32"] / med["bf16 engine"] if bf16 else None,
+                    "mxnet_bf16/bf16": med["MXNet bf16"] / med["bf16 engine"] if "MXNet bf16" in med else None,
                     # Centred over the batch: with batch 1 only the plain cosine is defined.
                     "cosine_to_native": {k: (centered_cosine if b > 1 else _plain_cosine)(outs[k], outs["native fp32"])
                                          for k in outs if k != "native fp32"},
@@ -287,4 +336,19 @@ def render(res: Mapping[str, Any]) -> str:
                        "MXNet INT8/int8", "cos fp16", "cos int8", "cos MXNet INT8"], body)
     out.append("cos: cosine similarity of the logits to native fp32, centred over the batch (plain at batch 1); "
                "random networks amplify rounding (see cos fp16), so these compare the variants, not accuracy")
+    bf16 = [r for r in res["speed"] if r.get("fp32/bf16")]
+    if bf16:
+        out.append("")
+        out.append("bf16 speed, the same rounds: native MXNet fp32 and its own bf16 (AMP), the fp32 and bf16 engines")
+        body = []
+        for r in bf16:
+            m, cos = r["median_ms"], r["cosine_to_native"]
+            body.append([f"{r['model']} {r['size']}px", str(r["batch"]), f"{m['native fp32']:.1f}",
+                         f"{m['MXNet bf16']:.1f}" if "MXNet bf16" in m else "-", r["bf16_backend"],
+                         f"{m[r['bf16_fp32']]:.1f}",
+                         f"{m['bf16 engine']:.1f}", f"{r['fp32/bf16']:.2f}", f"{r['native/bf16']:.2f}",
+                         f"{r['mxnet_bf16/bf16']:.2f}" if r.get("mxnet_bf16/bf16") else "-",
+                         f"{cos['bf16 engine']:.4f}", f"{cos['MXNet bf16']:.4f}" if "MXNet bf16" in cos else "-"])
+        out += _fmt_table(["model", "batch", "native fp32", "MXNet bf16", "backend", "its fp32", "bf16 engine", "fp32/bf16",
+                           "native/bf16", "MXNet bf16/bf16", "cos bf16", "cos MXNet bf16"], body)
     return "\n".join(out)

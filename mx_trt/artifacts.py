@@ -524,7 +524,8 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         try:
             mine = {k[len(name) + 1:]: v for k, v in fed.items() if k.startswith(name + "/")}
             engine = backend.load(entry.meta["engine"], entry.directory,
-                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")), name=name,
+                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")),
+                                               bf16=manifest.get("precision") == "bf16", name=name,
                                                extra={**engine_options, "weights": lambda mine=mine: mine}))
         except Exception as exc:  # the backend's own errors, or metadata it cannot read
             raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \

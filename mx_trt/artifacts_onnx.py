@@ -83,7 +83,7 @@ class OnnxExport:
         batch_dynamic: Whether dimension 0 of every input and output may vary.
         static_reason: Why not, when a dynamic batch was asked for.
         opset: The model's ONNX opset.
-        precision: ``fp32``, ``fp16`` or ``int8``.
+        precision: ``fp32``, ``fp16`` or ``int8`` (bf16 is refused: see :func:`export_onnx`).
         backend: Whose support rules (and int8 form) the export followed.
         bytes: Size of the model with its weights.
         quantized / kept_float: For int8: MXNet node names in int8, and those kept in float with why.
@@ -460,11 +460,16 @@ def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]]
         CalibrationError: int8 without a table that fits the graph.
         ExportError: a bad opset, params or threshold, an opset conversion that fails, or a file that cannot
             be written.
-        MxTrtError: a bad option, or shapes that do not fit the model.
+        MxTrtError: a bad option, or shapes that do not fit the model (``precision='bf16'``: ExportError).
     """
     opset = check_opset(opset)
     params = merged_params(params)
     settings = export_settings(options)
+    if settings.bf16:
+        raise ExportError("export_onnx: bf16 is a precision of engines, not of an ONNX file: the backends that compute "
+                         "in bfloat16 take the float32 graph and are told so (OpenVINO's INFERENCE_PRECISION_HINT='bf16', "
+                         "TensorRT's BF16 flag); write the float32 file and ask its runtime for bf16, or store bf16 "
+                         "engines with mx_trt.export_model(..., precision='bf16')")
     backend = target_backend(settings)
     name = os.path.splitext(os.path.basename(path))[0] or "model"
     whole = whole_model(symbol, params, {k: tuple(int(d) for d in v) for k, v in shapes.items()}, settings, backend,

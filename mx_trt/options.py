@@ -95,12 +95,16 @@ def _opt_int(field_name: str, minimum: int) -> Callable[[Any], Tuple[str, Option
     return parse
 
 
-_PRECISIONS = {"fp16": "fp16", "float16": "fp16", "fp32": "fp32", "float32": "fp32", "int8": "int8"}
+#: The precisions of a bind's engines (``MXNET_TENSORRT_PRECISION``, the ``precision`` option).
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+_PRECISIONS = {"fp16": "fp16", "float16": "fp16", "fp32": "fp32", "float32": "fp32", "int8": "int8",
+               "bf16": "bf16", "bfloat16": "bf16"}
 
 
 def _opt_precision(v: Any) -> Tuple[str, str]:
     if not isinstance(v, str) or v.strip().lower() not in _PRECISIONS:
-        raise ValueError("expected 'fp32', 'fp16' or 'int8'")
+        raise ValueError("expected 'fp32', 'fp16', 'bf16' or 'int8'")
     return "precision", _PRECISIONS[v.strip().lower()]
 
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, FrozenSet, Generic, Iterator, List, Mapp
 
 from mx_trt.errors import CalibrationError, MxTrtError, PrecisionConflictError
 # The option parsers, and the names other modules read from here (re-exported).
-from mx_trt.options import ENGINE_RULES, INT32_MAX, OPTIONS, Profile, parse_profiles  # noqa: F401
+from mx_trt.options import ENGINE_RULES, INT32_MAX, OPTIONS, PRECISIONS, Profile, parse_profiles  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -430,6 +430,10 @@ class Settings:
             ``None`` or ``""``: no plan cache.
         int8: Build INT8 engines (``MXNET_TENSORRT_PRECISION=int8``): explicit Q/DQ
             from a calibration table; never together with ``fp16``.
+        bf16: Build bfloat16 engines (``MXNET_TENSORRT_PRECISION=bf16``, ``precision='bf16'``):
+            the float32 export computed in bfloat16 by backends that can (OpenVINO on a CPU
+            with AVX512-BF16 or AMX, TensorRT on GPUs with bf16); others build float32 engines,
+            with a log line. Never together with ``fp16`` or ``int8``.
         calibration: The calibration table of int8 binds: a path (``MXNET_TENSORRT_CALIBRATION``)
             or a :class:`~mx_trt.export.calibration.CalibrationTable`; ``None`` with ``int8``
             is a :class:`~mx_trt.errors.CalibrationError` at bind.
@@ -472,6 +476,7 @@ class Settings:
     engine_rule: str = "measured"
     cache_dir: Optional[str] = None
     int8: bool = False
+    bf16: bool = False
     calibration: Any = None
     int8_exclude_ops: FrozenSet[str] = field(default_factory=frozenset)
     int8_exclude_nodes: FrozenSet[str] = field(default_factory=frozenset)
@@ -488,8 +493,8 @@ class Settings:
 
     @property
     def precision(self) -> str:
-        """``int8``, ``fp16`` or ``fp32``."""
-        return "int8" if self.int8 else "fp16" if self.fp16 else "fp32"
+        """``int8``, ``fp16``, ``bf16`` or ``fp32`` (:data:`PRECISIONS`)."""
+        return "int8" if self.int8 else "fp16" if self.fp16 else "bf16" if self.bf16 else "fp32"
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -509,12 +514,13 @@ class Settings:
         excl = os.environ.get("MXNET_TENSORRT_EXCLUDE_OPS", "")
         # An unknown name is the backend selection's error (BackendUnavailableError, raised at bind).
         backend = os.environ.get("MXNET_TENSORRT_BACKEND", "").strip().lower() or None
-        precision = _env_choice("MXNET_TENSORRT_PRECISION", "", ("fp32", "fp16", "int8"))
+        precision = _env_choice("MXNET_TENSORRT_PRECISION", "", PRECISIONS)
         fp16 = get_use_fp16()
-        if precision == "int8" and fp16:
+        if precision in ("int8", "bf16") and fp16:
             # A bad environment: one warning and a native bind, like any other (a typed error under strict).
-            raise MxTrtError("MXNET_TENSORRT_PRECISION=int8 and fp16 (MXNET_TENSORRT_USE_FP16 or set_use_fp16) are "
-                             "both set: int8 engines keep their float layers in fp32; ask for one precision")
+            why = "int8 engines keep their float layers in fp32" if precision == "int8" else "bf16 is not fp16"
+            raise MxTrtError(f"MXNET_TENSORRT_PRECISION={precision} and fp16 (MXNET_TENSORRT_USE_FP16 or "
+                             f"set_use_fp16) are both set: {why}; ask for one precision")
         if precision:
             fp16 = precision == "fp16"
         return cls(
@@ -527,6 +533,7 @@ class Settings:
             strict=_env_bool("MXNET_TENSORRT_STRICT", False),
             engine_rule=_env_choice("MXNET_TENSORRT_ENGINE_RULE", "measured", ENGINE_RULES),
             int8=precision == "int8",
+            bf16=precision == "bf16",
             calibration=os.environ.get("MXNET_TENSORRT_CALIBRATION", "").strip() or None,
             int8_exclude_ops=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_OPS"),
             int8_exclude_nodes=_env_names("MXNET_TENSORRT_INT8_EXCLUDE_NODES"),
@@ -594,13 +601,13 @@ class Settings:
                 field_name, parsed = parse(value)
             except (TypeError, ValueError) as exc:
                 raise MxTrtError(f"{where}: {name}={value!r}: {exc}") from None
-            if field_name == "precision":  # one precision: int8, fp16 or fp32
+            if field_name == "precision":  # one precision: int8, fp16, bf16 or fp32
                 precision = parsed
-                changes.update(int8=parsed == "int8", fp16=parsed == "fp16")
+                changes.update(int8=parsed == "int8", fp16=parsed == "fp16", bf16=parsed == "bf16")
             elif field_name == "fp16":
                 fp16 = bool(parsed)
                 if parsed:
-                    changes.update(fp16=True, int8=False)
+                    changes.update(fp16=True, int8=False, bf16=False)
             else:
                 changes[field_name] = parsed
         _check_one_precision(precision, fp16, where)
@@ -633,8 +640,8 @@ def engine_options_from_env() -> Dict[str, Any]:
 
 
 def _check_one_precision(precision: Optional[str], fp16: Optional[bool], where: str) -> None:
-    """Refuse two precisions asked for together: ``precision='int8'`` (or ``'fp32'``) with ``fp16=True``
-    in one call's options (any order), or ``precision='int8'`` with ``set_use_fp16(True)`` /
+    """Refuse two precisions asked for together: ``precision='int8'`` (or ``'fp32'``, ``'bf16'``) with ``fp16=True``
+    in one call's options (any order), or ``precision='int8'`` / ``'bf16'`` with ``set_use_fp16(True)`` /
     ``MXNET_TENSORRT_USE_FP16``. An option over another precision of the environment's
     (``MXNET_TENSORRT_PRECISION``) or of earlier options wins, as every option does.
 
@@ -642,9 +649,9 @@ def _check_one_precision(precision: Optional[str], fp16: Optional[bool], where: 
         PrecisionConflictError: naming both requests.
     """
     other = ""
-    if precision in ("int8", "fp32") and fp16:
+    if precision in ("int8", "fp32", "bf16") and fp16:
         other = "fp16=True"
-    elif precision == "int8" and fp16 is None and get_use_fp16():
+    elif precision in ("int8", "bf16") and fp16 is None and get_use_fp16():
         other = "fp16 from set_use_fp16(True) or MXNET_TENSORRT_USE_FP16"
     if other:
         asked = f"precision={precision!r}"

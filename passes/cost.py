@@ -216,7 +216,7 @@ class Timed:
 
     Attributes:
         backend: The backend that built it.
-        precision: ``fp32``, ``fp16`` or ``int8``.
+        precision: ``fp32``, ``fp16``, ``bf16`` or ``int8``.
         ms: Median latency (ms) of a forward through the engine's fused node.
         ratio: Its time over MXNet's, the median over rounds that ran both side by
             side (what transient load disturbs least); ``None``: ``ms`` over MXNet's median.
@@ -260,7 +260,7 @@ def choose_measured(native_ms: float, timed: Sequence[Timed],
                     keep_below: float = KEEP_BELOW) -> Tuple[Optional[Timed], str]:
     """The engine the measured rule keeps for a subgraph, or ``None`` for MXNet; and why, in words.
 
-    A reduced-precision engine (fp16, int8) counts only when it is faster than
+    A reduced-precision engine (fp16, bf16, int8) counts only when it is faster than
     the fastest fp32 engine; the fastest remaining engine is kept when its time
     over MXNet's (:meth:`Timed.over`) is below ``keep_below`` (:data:`KEEP_BELOW`:
     at least about 5% faster; above 1, an engine that slower is kept too). Ties and near-ties go to MXNet

@@ -28,7 +28,7 @@ def test_defaults_with_a_clean_environment(monkeypatch):
     ("MXNET_TENSORRT_MAX_BATCH_SIZE", "big", "expected an integer"),
     ("MXNET_TENSORRT_ORT_THREADS", "lots", "MXNET_TENSORRT_ORT_THREADS"),
     ("MXNET_TENSORRT_STRICT", "maybe", "expected 1 or 0"),
-    ("MXNET_TENSORRT_PRECISION", "int4", "fp32, fp16, int8"),
+    ("MXNET_TENSORRT_PRECISION", "int4", "fp32, fp16, bf16, int8"),
     ("MXNET_TENSORRT_RTX_SPECIALIZATION", "always", "lazy, eager, none"),
     ("MXNET_TENSORRT_PROFILES", "[{", "not valid JSON"),
     ("MXNET_TENSORRT_CALIBRATION_ITERS", "-1", "must be between 0 and"),
@@ -265,3 +265,13 @@ def test_asyncio_to_thread_starts_with_the_callers_value():
     seen.append(asyncio.run(asyncio.to_thread(v.get)))
     assert seen == [7, 1]
     v.set(None)
+
+
+@pytest.mark.parametrize("value,precision", [("bf16", "bf16"), ("BFloat16", "bf16"), ("fp16", "fp16"),
+                                             ("float32", "fp32"), ("int8", "int8")])
+def test_the_precision_option_takes_each_precision_and_sets_one_flag(value, precision):
+    s = Settings(calibration="t.json").with_options({"precision": value})
+    assert s.precision == precision
+    assert (s.fp16, s.bf16, s.int8) == (precision == "fp16", precision == "bf16", precision == "int8")
+    with pytest.raises(MxTrtError, match="expected 'fp32', 'fp16', 'bf16' or 'int8'"):
+        Settings().with_options({"precision": "tf32"})

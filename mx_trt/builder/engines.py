@@ -75,7 +75,7 @@ class SubgraphJob:
         inputs / outputs: Boundary entries.
         weight_digests: Digest (:func:`mx_trt.pipeline.weights.digest`) per weight name consumed inside.
         fp16: Precision (fp16 or not).
-        precision: ``fp32``, ``fp16`` or ``int8`` (empty: from ``fp16``).
+        precision: ``fp32``, ``fp16``, ``bf16`` or ``int8`` (empty: from ``fp16``).
         calibration: For int8, a digest of the calibration table and the exclusions (in the cache key).
         batch_ranges: Requested batch profiles, empty for static.
         export: Callable producing the exported subgraph (bound shapes, batch
@@ -391,7 +391,7 @@ class EngineProvider:
         return stored
 
     def _options(self, job: SubgraphJob) -> BuildOptions:
-        opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, name=job.name,
+        opts = BuildOptions(device_id=self.device_id, fp16=job.fp16, bf16=job.precision == "bf16", name=job.name,
                             extra={**self.options, "batch_ranges": list(job.batch_ranges)})
         if self.progress is not None:
             opts.extra["progress"] = self.progress

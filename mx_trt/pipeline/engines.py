@@ -106,6 +106,8 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
     ranges, digests_all = weights.ranges, weights.digests
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
+    if settings.engine_rule != "measured":
+        settings = _precision_here(backend, settings)
     provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options(),
                               reuse=request.reuse_engines)
     exporter = SubgraphExporter(request.symbol, request.shapes, request.params, graph, weights.arrays, settings.fp16,
@@ -171,7 +173,7 @@ class _MeasuredRule:
                  int8: Optional[Int8Setup], weights_np: Any, ranges: Sequence[Any], cache: Any, progress: Any) -> None:
         settings = request.settings
         self.request, self.plan, self.ranges, self.int8 = request, plan, ranges, int8
-        self.settings32 = dataclasses.replace(settings, fp16=False, int8=False)
+        self.settings32 = dataclasses.replace(settings, fp16=False, int8=False, bf16=False)
         self.providers: Dict[str, EngineProvider] = {provider.backend.name: provider}
         device = request.ctx.device_type if request.ctx is not None else "cpu"
         try:
@@ -183,7 +185,16 @@ class _MeasuredRule:
                 self.providers[b.name] = EngineProvider(b, request.device_id, cache, progress, settings.engine_options(),
                                                         reuse=request.reuse_engines)
         self.exporter = exporter
-        self.exporter32 = exporter if settings.precision == "fp32" else SubgraphExporter(
+        #: Backend name -> why it cannot build the bind's precision here (its candidates are then fp32 alone).
+        reasons = {n: p.backend.precision_reason(settings.precision) for n, p in self.providers.items()}
+        self.cannot: Dict[str, str] = {n: why for n, why in reasons.items() if why is not None}
+        if self.cannot:
+            level = logging.WARNING if len(self.cannot) == len(self.providers) else logging.INFO
+            logger.log(level, "%s engines were asked for, but %s: %s", settings.precision, "; ".join(self.cannot.values()),
+                       "the engines are fp32" if level == logging.WARNING
+                       else f"{', '.join(self.cannot)} candidates are fp32 alone")
+        # A bf16 engine is the float32 export computed in bfloat16 (BuildOptions.bf16).
+        self.exporter32 = exporter if settings.precision in ("fp32", "bf16") else SubgraphExporter(
             request.symbol, request.shapes, request.params, plan.graph, weights_np, False, ranges, None)
         self.measurer = Measurer(plan.graph, request.params, request.ctx, request.native_bind, cache, self.providers,
                                  threads=settings.thread_counts())
@@ -209,7 +220,8 @@ class _MeasuredRule:
         for name, provider in self.providers.items():
             if name != first and not _holds(provider.backend, graph, sg.nodes, self.plan.weights):
                 continue  # the analysis asked the bind's backend only: another may refuse some operator
-            jobs[(name, settings.precision)] = job
+            if self.cannot.get(name) is None:
+                jobs[(name, settings.precision)] = job
             if settings.precision != "fp32":
                 jobs[(name, "fp32")] = _job(sg, graph, ins, outs, digests, self.settings32, None, self.ranges,
                                             self.exporter32)
@@ -251,6 +263,16 @@ class _MeasuredRule:
         """Engines built, loaded and reused over every candidate backend."""
         ps = list(self.providers.values())
         return sum(p.builds for p in ps), sum(p.loads for p in ps), sum(p.reuses for p in ps)
+
+
+def _precision_here(backend: Any, settings: Settings) -> Settings:
+    """``settings``, in fp32 when ``backend`` cannot build their precision here (bf16 on a CPU without
+    bfloat16 arithmetic, or on ONNX Runtime), with a warning saying so."""
+    why = backend.precision_reason(settings.precision)
+    if why is None:
+        return settings
+    logger.warning("%s engines were asked for, but %s: the engines are fp32", settings.precision, why)
+    return dataclasses.replace(settings, fp16=False, int8=False, bf16=False)
 
 
 def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],

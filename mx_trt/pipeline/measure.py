@@ -11,7 +11,8 @@ the cost estimate has not ruled out (:func:`mx_trt.pipeline.plan.analyze`):
    (from the pool, the plan cache, or built).
 2. Otherwise every candidate engine is built (each backend of
    :func:`~mx_trt.builder.backends.candidate_backends`, at the precision asked for
-   and, for fp16 and int8, at fp32 as well) and bound as a fused node alone in an
+   and, for fp16, bf16 and int8, at fp32 as well; a backend without the reduced
+   precision, fp32 alone) and bound as a fused node alone in an
    MXNet executor. The subgraph's own MXNet symbol is bound natively with the
    same weights, on the same input shapes (random inputs). After warm-up runs the
    executors run alternately, :data:`MIN_RUNS` to :data:`MAX_RUNS` times within

@@ -206,7 +206,7 @@ def _numpy(a: Any) -> np.ndarray:
 
 def float_settings(settings: Settings) -> Settings:
     """``settings`` in float: calibration runs MXNet's float graph."""
-    return dataclasses.replace(settings, int8=False, fp16=False, calibration=None, calibration_iters=0)
+    return dataclasses.replace(settings, int8=False, fp16=False, bf16=False, calibration=None, calibration_iters=0)
 
 
 def _settings(options: Mapping[str, Any]) -> Settings:

@@ -83,6 +83,8 @@ class NativeProcess:
         accelerated: Bind with the pass on (else natively). The worker inherits this
             process's environment otherwise (plan cache, engine rule, backend).
         cache_dir: The worker's plan cache folder (``None``: as in this process's environment).
+        env: More of the worker's environment (``None`` removes a variable): the settings of a bind that
+            were given other than by the environment (``mxtrt bench --precision``), for instance.
 
     Attributes:
         engines / backends: The accelerated bind's engine count and their backends (0 and
@@ -94,7 +96,8 @@ class NativeProcess:
 
     def __init__(self, symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
                  inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
-                 threads: Optional[int] = None, accelerated: bool = False, cache_dir: Optional[str] = None) -> None:
+                 threads: Optional[int] = None, accelerated: bool = False, cache_dir: Optional[str] = None,
+                 env: Optional[Mapping[str, Optional[str]]] = None) -> None:
         self.threads = threads if threads is not None else engine_threads()
         self.accelerated = accelerated
         self.engines: int = 0
@@ -102,16 +105,17 @@ class NativeProcess:
         # Named as make_work_dir names its folders (the pid first): swept once this process is gone.
         self._dir = tempfile.TemporaryDirectory(prefix=f"mx_trt_native_{os.getpid()}_")
         spec = save_model(self._dir.name, symbol, params, shapes, inputs, type_dict, accelerated)
-        overrides = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
-                     "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"}
+        overrides: Dict[str, Optional[str]] = {**(env or {}), "OMP_NUM_THREADS": str(self.threads),
+                                               "MKL_NUM_THREADS": str(self.threads),
+                                               "MXNET_USE_TENSORRT": "1" if accelerated else "0", "MX_TRT_AUTOLOAD": "0"}
         if cache_dir is not None:
             overrides["MXNET_TENSORRT_CACHE_DIR"] = cache_dir
-        env = child_environment(overrides)
+        child = child_environment(overrides)
         # The worker imports this very copy of mx_trt (a checkout or the installed one).
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH", "")] if p])
+        child["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [child.get("PYTHONPATH", "")] if p])
         self._err = open(os.path.join(self._dir.name, "stderr.txt"), "w+", encoding="utf-8", errors="replace")
-        self.proc = subprocess.Popen([sys.executable, "-m", "mx_trt.tools.native_process", spec], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mx_trt.tools.native_process", spec], env=child,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
         line = self._read()
         while line and not line.startswith("ready"):  # anything a library printed first
@@ -205,13 +209,15 @@ CONTROL = ("native control", False)
 
 def equal_thread_workers(symbol: Any, params: Mapping[str, Any], shapes: Mapping[str, Sequence[int]],
                          inputs: Mapping[str, np.ndarray], type_dict: Optional[Mapping[str, Any]] = None,
-                         threads: int = 0, cache_dir: Optional[str] = None, control: bool = False
+                         threads: int = 0, cache_dir: Optional[str] = None, control: bool = False,
+                         env: Optional[Mapping[str, Optional[str]]] = None
                          ) -> Tuple[Dict[str, NativeProcess], Dict[str, str]]:
     """Both sides (:data:`SIDES`) in worker processes with ``threads`` OpenMP threads (0: the usable CPUs),
     and with ``control`` a third, :data:`CONTROL`: native MXNet again, whose ratio to the first is what the
     measurement reads between two identical executors.
 
-    Returns the workers that bound the model by side, and why the others did not
+    ``env``: more of the workers' environment (:class:`NativeProcess`). Returns the workers that bound
+    the model by side, and why the others did not
     (each logged as a warning: a model with custom operators of this process, say).
     """
     workers: Dict[str, NativeProcess] = {}
@@ -219,7 +225,7 @@ def equal_thread_workers(symbol: Any, params: Mapping[str, Any], shapes: Mapping
     for side, accelerated in (*SIDES, CONTROL) if control else SIDES:
         try:
             workers[side] = NativeProcess(symbol, params, shapes, inputs, type_dict, threads=threads or None,
-                                          accelerated=accelerated, cache_dir=cache_dir)
+                                          accelerated=accelerated, cache_dir=cache_dir, env=env)
         except (RuntimeError, OSError) as exc:
             failed[side] = str(exc)
             logger.warning("%s MXNet at equal threads not measured: %s", side, exc)

@@ -316,6 +316,71 @@ def test_fp16_engine_matches_native_within_fp16_tolerance(monkeypatch):
     close(got[0], _native(sym, shapes, args, aux, x)[0], rtol, atol)
 
 
+_NO_BF16 = ov_backend.OpenVinoBackend.unavailable_reason() or ov_backend.OpenVinoBackend().precision_reason("bf16")
+
+
+def _runtime_precisions(compiled):
+    """OpenVINO's own account of what a compiled model runs: (layer type, runtime precision) -> count."""
+    kinds = collections.Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        kinds[(rt["layerType"].astype(str), rt["runtimePrecision"].astype(str))] += 1
+    return kinds
+
+
+@pytest.mark.skipif(bool(_NO_BF16), reason=f"no bf16 here: {_NO_BF16}")
+def test_bf16_engine_computes_in_bfloat16_within_its_tolerance(monkeypatch, tmp_path):
+    _env(monkeypatch, tmp_path, MXNET_TENSORRT_PRECISION="bf16", MXNET_TENSORRT_ENGINE_RULE="always")
+    sym, shapes = conv_bn(), {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes, 0)
+    x = _data(shapes["data"])
+    exe, got = _bind(sym, shapes, args, aux, x)
+    (fused,) = mx_trt.bind_info(exe).engines
+    compiled = fused.engine.compiled
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'bfloat16'>"
+    kinds = _runtime_precisions(compiled)
+    assert kinds[("Convolution", "bf16")] >= 1, kinds
+    ref = _native(sym, shapes, args, aux, x)[0]
+    close(got[0], ref, *OP_TOL["bfloat16"])
+    rel = np.abs(got[0] - ref).max() / np.abs(ref).max()
+    assert rel > 1e-5, "a bfloat16 engine gives bfloat16 numbers, not float32 ones"
+    # The stored engine keeps its precision: a warm bind loads it in bf16, builds nothing.
+    engines.clear_pool()
+    exe2, got2 = _bind(sym, shapes, args, aux, x)
+    info2 = mx_trt.bind_info(exe2)
+    assert (info2.builds, info2.loads) == (0, 1)
+    assert str(info2.engines[0].engine.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'bfloat16'>"
+    np.testing.assert_array_equal(got2[0], got[0])
+
+
+def test_bf16_on_a_cpu_without_it_builds_fp32_engines_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(ov_backend, "_cpu_capabilities", lambda: ["FP32", "INT8", "EXPORT_IMPORT"])
+    assert "no bfloat16 arithmetic" in ov_backend.OpenVinoBackend().precision_reason("bf16")
+    assert ov_backend.OpenVinoBackend().precision_reason("fp16") is None
+    _env(monkeypatch, MXNET_TENSORRT_PRECISION="bf16", MXNET_TENSORRT_ENGINE_RULE="always")
+    sym, shapes = conv_bn(), {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes, 0)
+    x = _data(shapes["data"])
+    with caplog.at_level(logging.WARNING, logger="mx_trt"):
+        exe, got = _bind(sym, shapes, args, aux, x)
+    assert any("bf16 engines were asked for, but this CPU has no bfloat16" in r.getMessage() and
+               "the engines are fp32" in r.getMessage() for r in caplog.records), caplog.text
+    compiled = mx_trt.bind_info(exe).engines[0].engine.compiled
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    close(got[0], _native(sym, shapes, args, aux, x)[0])
+
+
+def test_compile_config_asks_bf16_only_for_a_bf16_engine(monkeypatch):
+    monkeypatch.setattr(ov_backend, "_cpu_capabilities", lambda: ["FP32", "BF16", "FP16"])
+    assert ov_backend.compile_config(False, 2)["INFERENCE_PRECISION_HINT"] == "f32"
+    assert ov_backend.compile_config(False, 2, bf16=True)["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert ov_backend.compile_config(True, 2)["INFERENCE_PRECISION_HINT"] == "f16"
+    monkeypatch.setattr(ov_backend, "_cpu_capabilities", lambda: ["FP32", "BF16"])
+    assert ov_backend.compile_config(True, 2)["INFERENCE_PRECISION_HINT"] == "f32"  # fp16 graph, float32 arithmetic
+    assert OnnxRuntimeBackend().precision_reason("bf16") == "onnxruntime engines have no bfloat16 precision"
+    assert OnnxRuntimeBackend().precision_reason("int8") is None
+
+
 def test_int8_engine_runs_integer_kernels(monkeypatch, tmp_path):
     n = prototype_cnn()
     cal, _ = n["sample"](32, seed=7)
@@ -413,6 +478,49 @@ def test_measured_rule_keeps_onnxruntime_where_it_is_faster(monkeypatch, tmp_pat
     (decision,) = info.decisions.values()
     assert decision.engine == ("onnxruntime", "fp32")
     assert not isinstance(info.engines[0].engine, ov_backend.OpenVinoEngine)
+
+
+def _measured_bf16(monkeypatch, tmp_path, timer, caplog):
+    monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "bf16")
+    monkeypatch.setattr(ov_backend, "_cpu_capabilities", lambda: ["FP32", "BF16"])  # the choice, whatever the CPU
+    from mx_trt.pipeline import measure
+
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    monkeypatch.setenv("MXNET_USE_TENSORRT", "1")
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setenv("MXNET_TENSORRT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure, "default_timer", timer)
+    sym, shapes = conv_bn(), {"data": (2, 3, 64, 64)}
+    args, aux = random_params(sym, shapes, 0)
+    x = _data(shapes["data"])
+    with caplog.at_level(logging.INFO, logger="mx_trt"):
+        exe, got = _bind(sym, shapes, args, aux, x)
+    return mx_trt.bind_info(exe), got[0], _native(sym, shapes, args, aux, x)[0]
+
+
+@pytest.mark.skipif(bool(_NO_BF16), reason=f"no bf16 here: {_NO_BF16}")
+def test_measured_bf16_times_openvino_bf16_beside_every_fp32_candidate(monkeypatch, tmp_path, caplog):
+    # ONNX Runtime has no bf16: its candidate is fp32 alone, with a log line; OpenVINO's bf16 is timed beside
+    # its fp32 engine, and kept when fastest.
+    timer = StubTimer(10.0, [6.0, 2.0, 4.0])  # MXNet; onnxruntime fp32, openvino bf16, openvino fp32
+    info, got, ref = _measured_bf16(monkeypatch, tmp_path, timer, caplog)
+    (decision,) = info.decisions.values()
+    assert list(decision.engine_ms) == ["onnxruntime fp32", "openvino bf16", "openvino fp32"]
+    assert decision.engine == ("openvino", "bf16")
+    assert "onnxruntime engines have no bfloat16 precision: onnxruntime candidates are fp32 alone" in caplog.text
+    compiled = info.engines[0].engine.compiled
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'bfloat16'>"
+    close(got, ref, *OP_TOL["bfloat16"])
+
+
+@pytest.mark.skipif(bool(_NO_BF16), reason=f"no bf16 here: {_NO_BF16}")
+def test_measured_bf16_slower_than_fp32_falls_back_to_fp32(monkeypatch, tmp_path, caplog):
+    timer = StubTimer(10.0, [6.0, 5.0, 4.0])  # openvino bf16 5 ms, slower than its fp32 engine's 4
+    info, got, ref = _measured_bf16(monkeypatch, tmp_path, timer, caplog)
+    (decision,) = info.decisions.values()
+    assert decision.engine == ("openvino", "fp32")
+    assert str(info.engines[0].engine.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    close(got, ref)
 
 
 def test_without_the_measured_rule_onnxruntime_stays_the_default(monkeypatch):

@@ -68,3 +68,25 @@ def test_the_front_ends_raise_it_instead_of_a_native_run(monkeypatch):
                   static_shape=True)
     with pytest.raises(PrecisionConflictError, match=MESSAGE):
         net(mx.nd.ones((2, 4)))
+
+
+@pytest.mark.parametrize("options", [
+    {"precision": "bf16", "fp16": True},
+    {"fp16": True, "precision": "bfloat16"},
+])
+def test_bf16_and_fp16_in_one_call_are_refused_in_any_order(options):
+    with pytest.raises(PrecisionConflictError, match=r"^backend options: precision='bf16' and fp16=True ask for two"):
+        Settings.from_env().with_options(options)
+
+
+def test_bf16_from_the_environment_with_fp16_is_refused(monkeypatch):
+    monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "bf16")
+    set_use_fp16(True)
+    with pytest.raises(mx_trt.MxTrtError, match="MXNET_TENSORRT_PRECISION=bf16 and fp16 .* bf16 is not fp16"):
+        Settings.from_env()
+    set_use_fp16(None)
+    s = Settings.from_env()
+    assert (s.bf16, s.fp16, s.int8, s.precision) == (True, False, False, "bf16")
+    # An option over the environment's precision wins, as every option does.
+    assert Settings.from_env().with_options({"fp16": True}).precision == "fp16"
+    assert Settings.from_env().with_options({"precision": "fp32"}).precision == "fp32"

@@ -46,9 +46,21 @@ def test_runner_quick_mode_with_one_thread(tmp_path):
     acc = {r["variant"]: r for r in res["int8"]["accuracy"]["rows"]}
     assert acc["fp32 engine"]["top1"] == acc["native MXNet fp32"]["top1"] >= 0.95
     assert acc["int8 engine (entropy)"]["drop_points_vs_fp32_engine"] <= 1.0
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from bench_int8 import bf16_backend
+    finally:
+        sys.path.pop(0)
+    backend, _ = bf16_backend()
+    bf16 = {"bf16 engine", "MXNet bf16"} if backend else set()
+    if backend and backend != "onnxruntime":  # its fp32 baseline: the same backend's fp32 engine
+        bf16.add(f"{backend} fp32 engine")
     for row in res["int8"]["speed"]:
-        assert set(row["median_ms"]) == {"native fp32", "fp32 engine", "int8 engine", "MXNet INT8"}
+        assert set(row["median_ms"]) == {"native fp32", "fp32 engine", "int8 engine", "MXNet INT8"} | bf16
         assert row["cosine_to_native"]["int8 engine"] > 0.98
+        if bf16:
+            assert row["cosine_to_native"]["bf16 engine"] > 0.99 and row["fp32/bf16"] > 0
+            assert "bf16 speed, the same rounds" in proc.stdout
     legs = res["bind"]["legs"]
     assert legs["pass, cold cache, cost rule"]["builds"] >= 1
     # The warm bind builds and times nothing: it loads the engines the measured rule kept (it may keep none).

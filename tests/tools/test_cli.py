@@ -208,6 +208,52 @@ def test_bench_control_times_native_mxnet_against_itself(models, capsys):
     assert r["native_control"] is None and r["ratios"]["native/native_control"] is None  # not asked for
 
 
+def test_bench_precision_reaches_the_equal_threads_workers(models, capsys, monkeypatch):
+    """``--precision bf16`` is not in the environment: the workers binding at equal threads are told it too."""
+    from mx_trt.tools.cli import bench
+
+    seen = []
+
+    def workers(*args, **kwargs):
+        seen.append(kwargs.get("env"))
+        return {}, {"accelerated": "not started by this test"}
+
+    monkeypatch.setattr(bench, "equal_thread_workers", workers)
+    code, out, err = run(capsys, "bench", models["plain"], *SHAPE, "--runs", "1", "--warmup", "0", "--no-whole",
+                         "--precision", "bf16", "--json")
+    assert code == 0, err
+    assert seen == [{"MXNET_TENSORRT_PRECISION": "bf16", "MXNET_TENSORRT_USE_FP16": None}]
+
+
+def test_a_workers_environment_takes_the_callers_overrides(models, monkeypatch):
+    from mx_trt.tools.native_process import NativeProcess
+
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    sym, args, aux = mx.model.load_checkpoint(models["plain"], 3)
+    x = np.ones((1, 3, 8, 8), "float32")
+    with NativeProcess(sym, {**args, **aux}, {"data": (1, 3, 8, 8)}, {"data": x}, accelerated=True, threads=1,
+                       env={"MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_BACKEND": "openvino",
+                            "MXNET_TENSORRT_CACHE_DIR": ""}) as w:
+        assert w.engines == 1 and w.backends == ["openvino"]  # this process's default backend is onnxruntime
+
+
+def test_bf16_is_a_precision_of_the_command_line_and_of_verify(models, capsys, monkeypatch):
+    from mx_trt.settings import Settings
+    from mx_trt.tools.cli import verify
+    from mx_trt.tools.cli.bench import precision_env
+
+    assert verify.TOLERANCES["bfloat16"][0] > verify.TOLERANCES["float16"][0]
+    env = precision_env(Settings(bf16=True))
+    assert env == {"MXNET_TENSORRT_PRECISION": "bf16", "MXNET_TENSORRT_USE_FP16": None}
+    assert precision_env(Settings(int8=True, calibration="t.json"))["MXNET_TENSORRT_CALIBRATION"] == "t.json"
+    monkeypatch.setenv("MXNET_TENSORRT_BACKEND", "openvino")
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "always")
+    code, out, err = run(capsys, "verify", models["plain"], *SHAPE, "--precision", "bf16", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["precision"] == "bfloat16" and (got["rtol"], got["atol"]) == verify.TOLERANCES["bfloat16"]
+
+
 def test_progress_bar_on_a_terminal():
     class Tty:
         def __init__(self):

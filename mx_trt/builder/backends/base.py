@@ -50,12 +50,17 @@ class BuildOptions:
     Attributes:
         device_id: GPU ordinal or -1 for the CPU.
         fp16: Build a reduced-precision engine where the backend can.
+        bf16: Build a bfloat16 engine from the float32 export: the backend computes in bfloat16
+            its own way (OpenVINO's inference precision, TensorRT's ``BF16`` flag or a bfloat16
+            graph for strongly typed networks); inputs and outputs stay float32. Only asked of a
+            backend whose :meth:`Backend.precision_reason` for ``bf16`` is ``None``.
         name: The subgraph's name, for logs and errors.
         extra: Backend-specific options.
     """
 
     device_id: int = -1
     fp16: bool = False
+    bf16: bool = False
     name: str = "subgraph"
     extra: Dict[str, Any] = field(default_factory=dict)
 
@@ -167,6 +172,12 @@ class Backend(abc.ABC):
 
     def supports(self, spec: OpSpec) -> Optional[str]:
         """Backend-specific restrictions beyond the converter's own validator."""
+        return None
+
+    def precision_reason(self, precision: str) -> Optional[str]:
+        """``None`` if this backend builds engines of ``precision`` here, else why not (bf16: see BuildOptions.bf16)."""
+        if precision == "bf16":
+            return f"{self.name} engines have no bfloat16 precision"
         return None
 
     def slower_than_native(self, spec: OpSpec) -> Optional[str]:

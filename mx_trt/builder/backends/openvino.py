@@ -11,7 +11,8 @@ own copies of what it reorders when it compiles.
 Compiled for latency (one stream), with as many threads as the process may use
 (CPU affinity and a cgroup CPU quota), ``float32`` inference precision for float
 engines: OpenVINO's default on CPUs it believes have bf16 is ``bf16``, which
-differs from MXNet by far more than float32 rounding. An fp16 engine is the fp16
+differs from MXNet by far more than float32 rounding, unless bf16 was asked for
+(``precision='bf16'``, the float32 graph computed in bfloat16). An fp16 engine is the fp16
 graph the exporter writes; it computes in float16 where the CPU has it, else in
 float32 over the float16 weights. INT8 graphs (Q/DQ pairs) run as int8 by
 OpenVINO's low-precision transformations.
@@ -96,14 +97,19 @@ def _ov_core() -> Any:
         return _core
 
 
-def compile_config(fp16: bool, threads: int) -> Dict[str, Any]:
+def compile_config(fp16: bool, threads: int, bf16: bool = False) -> Dict[str, Any]:
     """CPU plugin properties of an engine: latency, ``threads``, and the inference precision.
 
-    float32 unless the engine is fp16 and the CPU computes in float16 (OpenVINO
-    reports ``FP16`` among its optimization capabilities); never bf16.
+    float32, unless the engine is fp16 and the CPU computes in float16 (OpenVINO
+    reports ``FP16`` among its optimization capabilities), or it is bf16 (asked for only
+    when the CPU reports ``BF16``: :meth:`OpenVinoBackend.precision_reason`). OpenVINO's
+    bf16 keeps the float32 graph and computes its convolutions and matrix products in
+    bfloat16 (AVX512-BF16, AMX); inputs and outputs stay float32.
     """
     precision = "f32"
-    if fp16 and "FP16" in _ov_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+    if bf16:
+        precision = "bf16"
+    elif fp16 and "FP16" in _cpu_capabilities():
         precision = "f16"
     return {
         "PERFORMANCE_HINT": "LATENCY",
@@ -115,6 +121,11 @@ def compile_config(fp16: bool, threads: int) -> Dict[str, Any]:
         # pinned, MobileNetV2 batch 8 83.7 against 90.6 ms.
         "ENABLE_CPU_PINNING": False,
     }
+
+
+def _cpu_capabilities() -> List[str]:
+    """OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of this CPU (``FP32``, ``BF16``, ``FP16``, ``INT8``...)."""
+    return [str(c) for c in _ov_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
 
 
 def split_config(config: Mapping[str, Any], streams: int) -> Dict[str, Any]:
@@ -298,9 +309,21 @@ class OpenVinoBackend(Backend):
     def layout_for(self, shapes: Sequence[Tuple[int, ...]], dynamic: bool) -> str:
         return chunk_layout(shapes, dynamic)
 
+    def precision_reason(self, precision: str) -> Optional[str]:
+        """bf16 where OpenVINO's CPU plugin reports ``BF16`` (AVX512-BF16 or AMX), else why not."""
+        if precision != "bf16":
+            return None
+        try:
+            caps = _cpu_capabilities()
+        except Exception as exc:  # an OpenVINO that cannot query its CPU plugin
+            return f"OpenVINO cannot tell this CPU's capabilities: {exc}"
+        if "BF16" not in caps:
+            return f"this CPU has no bfloat16 arithmetic OpenVINO uses (its capabilities: {', '.join(caps)})"
+        return None
+
     def build(self, exported: Any, options: BuildOptions) -> Engine:
         threads = int(options.extra.get("threads") or engine_threads())
-        config = compile_config(options.fp16, threads)
+        config = compile_config(options.fp16, threads, options.bf16)
         inputs = [TensorSpec(*s) for s in exported.input_specs]
         outputs = [TensorSpec(*s) for s in exported.output_specs]
         ranges = list(options.extra.get("batch_ranges") or []) if exported.batch_dim else []

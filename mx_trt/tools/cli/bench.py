@@ -135,6 +135,16 @@ def bench_variants(control: bool = False) -> int:
     return 3 + int(control)
 
 
+def precision_env(settings: Any) -> Dict[str, Optional[str]]:
+    """The environment that gives a worker's bind the precision of ``settings`` (``--precision``, ``--fp16`` and
+    ``--calibration`` are not in this process's environment); a calibration table given as an object, not a
+    path, stays the worker's environment's."""
+    env: Dict[str, Optional[str]] = {"MXNET_TENSORRT_PRECISION": settings.precision, "MXNET_TENSORRT_USE_FP16": None}
+    if isinstance(settings.calibration, str):
+        env["MXNET_TENSORRT_CALIBRATION"] = settings.calibration
+    return env
+
+
 def bench_steps(runs: int, warmup: int) -> int:
     """Forward calls :func:`bench_one` makes per variant of this process (for a progress bar)."""
     return runs + warmup + max(0, min(BENCH_ROUNDS, runs) - 1)
@@ -205,7 +215,7 @@ def bench_one(ckpt: Checkpoint, shapes: Mapping[str, Shape], batch: int, ctx: An
         progress.phase(f"batch {batch}: binding natively and accelerated at equal threads")
         # The engines' own thread count (MXNET_TENSORRT_ORT_THREADS, else the usable CPUs).
         by_side, failed = equal_thread_workers(ckpt.symbol, ckpt.params, bshapes, feeds, threads=settings.ort_threads,
-                                               control=control)
+                                               control=control, env=precision_env(settings))
         workers = {f"{side} equal threads": w for side, w in by_side.items()}
         worker_note = "; ".join(f"{side} equal threads: {why}" for side, why in failed.items())
     check_warmup = {"default": warm_check(variants["accelerated"], exe)}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from mx_trt.errors import CalibrationError, MxTrtError, ShapeError
-from mx_trt.settings import quiet_mxnet_subgraph_log
+from mx_trt.settings import PRECISIONS, quiet_mxnet_subgraph_log
 from mx_trt.tools.cli import bench, build, export, partition, serve, verify
 from mx_trt.tools.cli.checkpoint import mxnet_message
 from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_USAGE, INT32_MAX, UsageError, int_in
@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="import this first (registers your custom operators); repeatable")
     common.add_argument("--ctx", default="cpu", help="cpu (default), gpu or gpu:N")
     common.add_argument("--fp16", action="store_true", help="build fp16 engines (MXNET_TENSORRT_USE_FP16)")
-    common.add_argument("--precision", choices=("fp32", "fp16", "int8"), default=None,
-                        help="engine precision (MXNET_TENSORRT_PRECISION); int8 needs --calibration")
+    common.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="engine precision (MXNET_TENSORRT_PRECISION); int8 needs --calibration; bf16 where a "
+                             "backend computes in bfloat16 (OpenVINO on AVX512-BF16/AMX CPUs, TensorRT on GPUs with bf16)")
     common.add_argument("--calibration", metavar="TABLE.json", default=None,
                         help="calibration table of int8 engines, from mx_trt.calibrate (MXNET_TENSORRT_CALIBRATION)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")

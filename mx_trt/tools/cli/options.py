@@ -155,7 +155,7 @@ def settings_from_env(fp16: bool = False) -> Settings:
         settings = Settings.from_env()
     except MxTrtError as exc:
         raise UsageError(str(exc)) from None
-    return dataclasses.replace(settings, fp16=True, int8=False) if fp16 else settings
+    return dataclasses.replace(settings, fp16=True, int8=False, bf16=False) if fp16 else settings
 
 
 def backend_for(ctx: Any, settings: Settings) -> Any:

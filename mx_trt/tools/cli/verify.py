@@ -18,7 +18,9 @@ from mx_trt.tools.cli.options import EXIT_FAILED, EXIT_OK, SEED, Shape, engine_s
 #: against the output's own scale, as rounding over many layers grows with it).
 #: int8 engines round every quantized tensor to 1/127 of its calibrated range (or clip it),
 #: so their outputs are checked at a tenth of the output's range.
-TOLERANCES: Dict[str, Tuple[float, float]] = {"float32": (1e-3, 1e-4), "float16": (1e-2, 1e-2), "int8": (1e-1, 1e-4)}
+#: (rtol of max|native|, atol) per precision. bfloat16 keeps 8 bits of mantissa against float16's 11.
+TOLERANCES: Dict[str, Tuple[float, float]] = {"float32": (1e-3, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 1e-2),
+                                              "int8": (1e-1, 1e-4)}
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     """
     ckpt, shapes, arrays = load_model(args, args.input)
     settings, ctx, backend = engine_setup(args)
-    precision = "int8" if settings.int8 else "float16" if settings.fp16 else "float32"
+    precision = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get(settings.precision, settings.precision)
     rtol, atol = TOLERANCES[precision]
     rtol = args.rtol if args.rtol is not None else rtol
     atol = args.atol if args.atol is not None else atol

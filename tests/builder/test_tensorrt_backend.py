@@ -553,3 +553,205 @@ def test_int8_flag_only_for_weakly_typed_networks():
                                        (False, False, False, [])):
         opts = BuildOptions(fp16=fp16, name="s", extra={"int8": True} if int8 else {})
         assert _config(mod, builder, opts, [], strongly, None, "TensorRT").flags == want, (int8, fp16, strongly)
+
+
+# --------------------------------------------------------------------------- bf16
+
+
+def fake_trt(name, strongly_typed, bf16_flag=True, bf16_type=True):
+    """A TensorRT module of fakes that builds any ONNX model: records the model its parser got and the config flags."""
+    import onnx
+
+    seen = types.SimpleNamespace(models=[], flags=[])
+    mod = types.ModuleType(name)
+    mod.__version__ = "10.99"
+
+    class ILogger:
+        Severity = types.SimpleNamespace(INTERNAL_ERROR=0, ERROR=1, WARNING=2, INFO=3, VERBOSE=4)
+
+        def __init__(self):
+            pass
+
+    class Tensor:
+        def __init__(self, vi):
+            self.name, self.shape = vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+
+    class Network:
+        inputs, outputs = [], []
+        num_inputs = property(lambda self: len(self.inputs))
+        num_outputs = property(lambda self: len(self.outputs))
+
+        def get_input(self, i):
+            return self.inputs[i]
+
+        def get_output(self, i):
+            return self.outputs[i]
+
+    class OnnxParser:
+        num_errors = 0
+
+        def __init__(self, network, log):
+            self.network = network
+
+        def parse(self, data):
+            model = onnx.load_from_string(data)
+            seen.models.append(model)
+            self.network.inputs = [Tensor(v) for v in model.graph.input]
+            self.network.outputs = [Tensor(v) for v in model.graph.output]
+            return True
+
+    class Config:
+        def set_flag(self, flag):
+            seen.flags.append(flag)
+
+    class Builder:
+        def __init__(self, log):
+            pass
+
+        def create_network(self, flags):
+            return Network()
+
+        def create_builder_config(self):
+            return Config()
+
+        def build_serialized_network(self, network, config):
+            return b"fake plan"
+
+    mod.ILogger, mod.OnnxParser, mod.Builder = ILogger, OnnxParser, Builder
+    mod.get_plugin_registry = lambda: None
+    mod.NetworkDefinitionCreationFlag = types.SimpleNamespace(**({"STRONGLY_TYPED": 0} if strongly_typed else {}))
+    mod.BuilderFlag = types.SimpleNamespace(FP16="FP16", INT8="INT8", **({"BF16": "BF16"} if bf16_flag else {}))
+    mod.DataType = types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF", **({"BF16": "BF16"} if bf16_type else {}))
+    return mod, seen
+
+
+def fake_backend(mod):
+    """TensorRT (not RTX: weakly typed networks allowed) over ``mod``; it cannot run engines here."""
+    return type("FakeTrt", (TensorRTBackend,), {"module": classmethod(lambda cls: mod),
+                                                 "unavailable_reason": classmethod(lambda cls: "fake")})
+
+
+def small_export():
+    """x -> Conv -> Relu -> Mul(Constant) -> y; x -> Shape -> Cast(to=FLOAT) -> n."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mx_trt.export.subgraph import ExportedSubgraph
+
+    rng = np.random.RandomState(0)
+    inits = [numpy_helper.from_array(rng.randn(4, 3, 3, 3).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.randn(4).astype(np.float32), "B")]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Constant", [], ["k"], name="k", value=numpy_helper.from_array(np.float32([0.5]), "k")),
+             helper.make_node("Mul", ["r", "k"], ["y"], name="mul"),
+             helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Cast", ["s"], ["n"], name="cast", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4]),
+                               helper.make_tensor_value_info("n", TensorProto.FLOAT, [4])], initializer=inits)
+    return ExportedSubgraph(model=helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                            input_names=["x"], output_names=["y", "n"], weight_bytes=4 * (108 + 4))
+
+
+def float_types(model):
+    """Element types of the initializers, Casts and Constants of an ONNX model."""
+    casts = [a.i for n in model.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
+    consts = [a.t.data_type for n in model.graph.node if n.op_type == "Constant" for a in n.attribute]
+    return {t.data_type for t in model.graph.initializer}, casts, consts
+
+
+def test_bf16_on_a_weakly_typed_network_is_the_builder_flag():
+    from onnx import TensorProto
+
+    mod, seen = fake_trt("fake_trt_bf16_weak", strongly_typed=False)
+    ex = small_export()
+    eng = fake_backend(mod)().build(ex, BuildOptions(name="sg", bf16=True))
+    assert "BF16" in seen.flags and "FP16" not in seen.flags
+    # The parser gets the float32 export as it is.
+    (parsed,) = seen.models
+    assert float_types(parsed) == ({TensorProto.FLOAT}, [TensorProto.FLOAT], [TensorProto.FLOAT])
+    assert [n.op_type for n in parsed.graph.node] == [n.op_type for n in ex.model.graph.node]
+    assert eng.plan == b"fake plan" and [t.dtype for t in eng.inputs + eng.outputs] == ["float32"] * 3
+    seen.flags.clear()
+    fake_backend(mod)().build(ex, BuildOptions(name="sg"))
+    assert "BF16" not in seen.flags
+
+
+
+def test_bf16_on_a_strongly_typed_network_is_a_bfloat16_graph():
+    from onnx import TensorProto
+
+    mod, seen = fake_trt("fake_trt_bf16_strong", strongly_typed=True)
+    mod.BuilderFlag.STRIP_PLAN, mod.BuilderFlag.REFIT_IDENTICAL = "STRIP_PLAN", "REFIT_IDENTICAL"
+    ex = small_export()
+    eng = fake_backend(mod)().build(ex, BuildOptions(name="sg", bf16=True))
+    assert seen.flags == []  # no precision flag, and no weight-stripped build (its refit would get float32 weights)
+    (parsed,) = seen.models
+    BF16, F32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+    inits, casts, consts = float_types(parsed)
+    assert inits == {BF16} and consts == [BF16]
+    assert casts == [BF16, BF16, F32, F32]  # x down; the graph's own Cast; y and n up
+    assert [(v.name, v.type.tensor_type.elem_type) for v in (*parsed.graph.input, *parsed.graph.output)] == \
+        [("x", F32), ("y", F32), ("n", F32)]
+    meta = eng.meta()
+    assert meta["stripped"] is False and "bf16" in meta["unstripped_reason"]
+    assert eng.inputs[0].dtype == "float32" and {t.data_type for t in ex.model.graph.initializer} == {F32}
+
+
+def test_bf16_needs_a_tensorrt_that_has_it():
+    weak, seen = fake_trt("fake_trt_no_bf16_flag", strongly_typed=False, bf16_flag=False)
+    with pytest.raises(EngineBuildError, match=r"^sg: this TensorRT has no bf16"):
+        fake_backend(weak)().build(small_export(), BuildOptions(name="sg", bf16=True))
+    strong, _ = fake_trt("fake_trt_no_bf16_type", strongly_typed=True, bf16_type=False)
+    with pytest.raises(EngineBuildError, match=r"^sg: this TensorRT has no bf16"):
+        fake_backend(strong)().build(small_export(), BuildOptions(name="sg", bf16=True))
+    assert seen.models == []  # refused before parsing
+    with pytest.raises(EngineBuildError, match=r"^sg: fp16 and bf16 were both asked for"):
+        fake_backend(weak)().build(small_export(), BuildOptions(name="sg", fp16=True, bf16=True))
+
+
+def test_bf16_build_with_tensorrt_rtx(rtx):
+    ex = tiny()
+    eng = TensorRTRTXBackend().build(ex, BuildOptions(name=ex.model.graph.name, bf16=True))
+    assert plan_is_wellformed(rtx, eng.plan)
+    assert eng.inputs == [TensorSpec("data", (2, 3, 8, 8), "float32")]
+    assert eng.outputs == [TensorSpec("fc_output", (2, 5), "float32")]
+    assert eng.meta()["strongly_typed"] is True and not eng.stripped
+    with pytest.raises(EngineBuildError, match="fp16 and bf16"):
+        TensorRTRTXBackend().build(ex, BuildOptions(name="x", fp16=True, bf16=True))
+
+
+def test_precision_reason(monkeypatch):
+    mod, _ = fake_trt("tensorrt", strongly_typed=True)
+    monkeypatch.setitem(sys.modules, "tensorrt", mod)
+    trt = TensorRTBackend()
+    assert [trt.precision_reason(p) for p in ("fp32", "fp16", "int8")] == [None] * 3
+    monkeypatch.setattr(cuda, "unavailable_reason", lambda: "no CUDA device: (test)")
+    assert trt.precision_reason("bf16") is None  # no device to ask: the module decides
+    monkeypatch.setattr(cuda, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(cuda, "compute_capability", lambda i: (7, 5) if i == 1 else (9, 0))
+    reason = trt.precision_reason("bf16")
+    assert "8.0 (Ampere)" in reason and "device 1 is 7.5" in reason
+    monkeypatch.setattr(cuda, "compute_capability", lambda i: (8, 0))
+    assert trt.precision_reason("bf16") is None
+
+    def no_answer(i):
+        raise cuda.CudaError("cudaDeviceGetAttribute failed", 1)
+
+    monkeypatch.setattr(cuda, "compute_capability", no_answer)
+    assert trt.precision_reason("bf16") is None
+    del mod.DataType.BF16
+    assert "no DataType.BF16" in trt.precision_reason("bf16") and "10.99" in trt.precision_reason("bf16")
+    weak, _ = fake_trt("tensorrt", strongly_typed=False, bf16_flag=False)
+    monkeypatch.setitem(sys.modules, "tensorrt", weak)
+    assert "no BuilderFlag.BF16" in trt.precision_reason("bf16")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    assert "import tensorrt failed" in trt.precision_reason("bf16")
+    assert trt.precision_reason("fp16") is None
+
+
+def test_precision_reason_of_tensorrt_rtx(rtx, monkeypatch):
+    monkeypatch.setattr(cuda, "unavailable_reason", lambda: "no CUDA device: (test)")
+    assert hasattr(rtx.DataType, "BF16") and TensorRTRTXBackend().precision_reason("bf16") is None

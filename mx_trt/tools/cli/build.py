@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         precisions = subgraph_precisions(info.plan, settings)
         rows.append({"batch": b, "engines": len(info.engines), "built": info.builds, "cached": info.loads,
                      "failed": dict(info.native_failures), "seconds": dt,
-                     "precision": {name: p.describe() for name, p in precisions.items()
+                     "precision": {name: _precision(p, info.decisions.get(name)) for name, p in precisions.items()
                                    if name not in info.native_failures},
                      "kept_float": {name: p.kept_float for name, p in precisions.items() if p.kept_float},
                      "decisions": {name: decision_json(d) for name, d in info.decisions.items()}})
@@ -118,3 +118,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _precision(planned: Any, decision: Any) -> str:
+    """What an engine was built in: the plan's precision, or the measured rule's fp32 where it fell back to it
+    (a reduced precision slower than fp32, or a backend without it)."""
+    if decision is not None and decision.engine is not None and decision.engine[1] != planned.precision:
+        return str(decision.engine[1])
+    return str(planned.describe())

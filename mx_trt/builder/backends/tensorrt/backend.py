@@ -86,6 +86,38 @@ class TensorRTBackend(Backend):
             return f"{cls.label} engines need a CUDA device to run: {reason}"
         return flavour_of(cls.rtx).device_reason(cls.module(), cls.label)
 
+    def precision_reason(self, precision: str) -> Optional[str]:
+        """``None`` if engines of ``precision`` can be built here, else why not.
+
+        ``bf16`` needs a module with ``DataType.BF16`` (and ``BuilderFlag.BF16`` if
+        it has no strongly typed networks: what :func:`.builder.build_engine`
+        checks) and, where the CUDA runtime tells the current device's compute
+        capability, at least 8.0 (Ampere); without a device only the module is
+        checked (TensorRT-RTX builds without one). Other precisions: ``None``.
+        """
+        if precision != "bf16":
+            return None
+        mod, why = _import_module(self.module_name)
+        if mod is None:
+            return f"{self.label} is not installed: import {self.module_name} failed ({why})"
+        version = getattr(mod, "__version__", "?")
+        if not hasattr(getattr(mod, "DataType", None), "BF16"):
+            return f"{self.label} {version} has no bfloat16 (no DataType.BF16)"
+        weak = not hasattr(getattr(mod, "NetworkDefinitionCreationFlag", None), "STRONGLY_TYPED")
+        if weak and not hasattr(getattr(mod, "BuilderFlag", None), "BF16"):
+            return f"{self.label} {version} has no bfloat16 (no BuilderFlag.BF16 for its weakly typed networks)"
+        if cuda.unavailable_reason() is not None:
+            return None
+        try:
+            device = cuda.current_device()
+            major, minor = cuda.compute_capability(device)
+        except (BackendUnavailableError, cuda.CudaError):
+            return None  # the device does not say: the build will
+        if (major, minor) < (8, 0):
+            return (f"{self.label} bf16 engines need compute capability 8.0 (Ampere) or later; "
+                    f"CUDA device {device} is {major}.{minor}")
+        return None
+
     def version(self) -> str:
         return f"{self.module_name}-{getattr(self.module(), '__version__', '?')}"
 

@@ -15,6 +15,13 @@ an ONNX initializer by name. Without a device, TensorRT-RTX 1.7 cannot build
 stripped plans (its compiler needs CUDA for refittable weights): after the
 first failure in a process it is not tried again until a device is present.
 
+Precision: ``BuildOptions.fp16`` is already in the export's types (an fp16
+graph); ``BuildOptions.bf16`` takes the float32 export, which a strongly typed
+network gets as a bfloat16 graph (:func:`~mx_trt.export.precision.to_bf16`,
+before ``RoiAlign`` is lowered, as for fp16 graphs; such a plan keeps its
+weights, which are the builder's bfloat16 copies, not the initializers a refit
+is given) and a weakly typed one through ``BuilderFlag.BF16``.
+
 Failures name the ONNX node and the MXNet node they come from
 (:mod:`.diagnostics`). The flavour decides what differs (:mod:`.flavours`).
 """
@@ -31,6 +38,7 @@ from mx_trt.cache.locking import make_work_dir
 from mx_trt.errors import EngineBuildError, MxTrtError
 from mx_trt.export.lowering import lower_roi_align
 from mx_trt.export.plugins import model_plugins
+from mx_trt.export.precision import to_bf16
 from mx_trt.export.subgraph import save_model
 from mx_trt.builder.backends.base import BuildOptions, Shape
 from mx_trt.builder.backends.tensorrt import cuda
@@ -124,18 +132,21 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
         backend: The backend class (its module, label and flavour).
         exported: The exported subgraph (``model``, ``input_names``,
             ``output_names``, ``origin``, ``external``...).
-        options: ``name``, ``fp16``, ``device_id`` and the ``extra`` keys of
+        options: ``name``, ``fp16``, ``bf16``, ``device_id`` and the ``extra`` keys of
             :mod:`mx_trt.builder.backends.tensorrt`.
 
     Raises:
         EngineBuildError: parse or build failed (each parser error names its
-            ONNX node and MXNet node), or the options are inconsistent.
+            ONNX node and MXNet node), or the options are inconsistent (fp16
+            and bf16 together; bf16 where this TensorRT has none).
         BackendUnavailableError: the module is not installed.
     """
     mod = backend.module()
     flavour = flavour_of(backend.rtx)
     name = options.name
     extra = options.extra
+    strongly_typed = hasattr(mod.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+    exported = _in_precision(mod, exported, options, strongly_typed, backend.label)
     # RoiAlign is NVIDIA's plugin in TensorRT's parser, absent from TensorRT-RTX: written with MatMul.
     exported = lower_roi_align(exported)
     try:
@@ -148,7 +159,6 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
     log = logger_for(mod)
     t0 = time.perf_counter()
     builder: trt.Builder = mod.Builder(log)
-    strongly_typed = hasattr(mod.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
     if not strongly_typed and flavour.requires_strongly_typed:
         raise EngineBuildError(f"{name}: this {backend.label} has no strongly typed networks, which it requires")
     flags = 1 << int(mod.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
@@ -170,6 +180,9 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
         load_timing_cache(config, log, str(cache_path), name, flavour.timing_cache_level)
     source = weights_source(extra, exported)
     reason = _strip_unavailable(mod, backend, extra)
+    if reason is None and options.bf16 and strongly_typed:
+        # A refit is given the float32 initializers; this plan's weights are the bfloat16 copies of to_bf16.
+        reason = "a bf16 graph's weights are the builder's bfloat16 copies of the initializers"
     engine: Optional[TrtEngine] = None
     tried = reason is None
     if tried:
@@ -188,6 +201,29 @@ def build_engine(backend: TrtBackendInfo, exported: Any, options: BuildOptions) 
                 time.perf_counter() - t0, len(engine.plan), ", weight-stripped" if engine.stripped else "",
                 len(profiles) if dynamic else 0)
     return engine
+
+
+def _in_precision(mod: Any, exported: Any, options: BuildOptions, strongly_typed: bool, label: str) -> Any:
+    """The export in the precision the network computes in: with ``options.bf16``, a bfloat16 graph for
+    a strongly typed network (:func:`~mx_trt.export.precision.to_bf16`), else ``exported`` itself (a weakly
+    typed one gets ``BuilderFlag.BF16`` in :func:`_config`). O(nodes + initializer bytes) for bf16.
+
+    Raises:
+        EngineBuildError: fp16 and bf16 together, or bf16 where the module has no ``DataType.BF16``
+            (strongly typed) / ``BuilderFlag.BF16`` (weakly typed).
+    """
+    name = options.name
+    if options.fp16 and options.bf16:
+        raise EngineBuildError(f"{name}: fp16 and bf16 were both asked for; an engine is built in one precision")
+    if not options.bf16:
+        return exported
+    if strongly_typed:
+        if not hasattr(mod.DataType, "BF16"):
+            raise EngineBuildError(f"{name}: this {label} has no bf16 (no DataType.BF16 for a bfloat16 graph)")
+        return to_bf16(exported)
+    if not hasattr(mod.BuilderFlag, "BF16"):
+        raise EngineBuildError(f"{name}: this {label} has no bf16 (no BuilderFlag.BF16)")
+    return exported
 
 
 #: Module name -> why its stripped builds fail on a machine without a CUDA device (learned once per process).
@@ -328,10 +364,12 @@ def _interface(exported: Any, network: "trt.INetworkDefinition", name: str,
 
 def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: List[Profile], strongly_typed: bool,
             ws: Optional[int], label: str) -> "trt.IBuilderConfig":
-    """The builder config: workspace cap, fp16 and int8 flags (weakly typed networks only), profiles, progress monitor.
+    """The builder config: workspace cap, fp16, bf16 and int8 flags (weakly typed networks only), profiles,
+    progress monitor.
 
-    A strongly typed network takes its precision from the graph (fp16 types, INT8
-    Q/DQ pairs); a weakly typed one needs the INT8 flag for its Q/DQ layers to run in int8.
+    A strongly typed network takes its precision from the graph (fp16 or bf16 types,
+    INT8 Q/DQ pairs); a weakly typed one needs the INT8 flag for its Q/DQ layers to run
+    in int8 (and :func:`_in_precision` has checked that ``BuilderFlag.BF16`` exists).
 
     Raises:
         EngineBuildError: TensorRT rejected an optimization profile.
@@ -342,7 +380,9 @@ def _config(mod: Any, builder: "trt.Builder", options: BuildOptions, profiles: L
         config.set_memory_pool_limit(mod.MemoryPoolType.WORKSPACE, ws)
     if options.fp16 and not strongly_typed:
         config.set_flag(mod.BuilderFlag.FP16)
-    elif options.fp16:
+    if options.bf16 and not strongly_typed:
+        config.set_flag(mod.BuilderFlag.BF16)
+    if (options.fp16 or options.bf16) and strongly_typed:
         logger.debug("%s: strongly typed network: precision comes from the exported graph's types", name)
     if options.extra.get("int8") and not strongly_typed:
         config.set_flag(mod.BuilderFlag.INT8)

@@ -132,7 +132,9 @@ def test_settings_from_the_environment(monkeypatch):
     monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "fp16")
     assert Settings.from_env().precision == "fp16"
     monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "bf16")
-    with pytest.raises(MxTrtError, match="MXNET_TENSORRT_PRECISION='bf16'"):
+    assert (Settings.from_env().precision, Settings.from_env().int8) == ("bf16", False)
+    monkeypatch.setenv("MXNET_TENSORRT_PRECISION", "tf32")
+    with pytest.raises(MxTrtError, match="MXNET_TENSORRT_PRECISION='tf32'"):
         Settings.from_env()
 
 

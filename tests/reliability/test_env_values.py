@@ -19,7 +19,7 @@ BAD = [
     ("MXNET_TENSORRT_ORT_THREADS", "-2", "between 0 and 1024"),
     ("MXNET_TENSORRT_MIN_SUBGRAPH_SIZE", "two", "expected an integer"),
     ("MXNET_TENSORRT_ENGINE_RULE", "sometimes", "expected one of measured, cost, always"),
-    ("MXNET_TENSORRT_PRECISION", "bf16", "expected one of fp32, fp16, int8"),
+    ("MXNET_TENSORRT_PRECISION", "fp8", "expected one of fp32, fp16, bf16, int8"),
     ("MXNET_TENSORRT_INT8_KEEP_OUTPUT_LAYER", "maybe", "expected 1 or 0"),
 ]
 

@@ -140,7 +140,7 @@ def _calibrate(sym: Any, args: Mapping[str, Any], aux: Mapping[str, Any], batche
 
 
 def bench_accuracy(quick: bool) -> Dict[str, Any]:
-    """Top-1 on the digits test split: native, fp32/fp16/int8 engines, MXNet's oneDNN INT8."""
+    """Top-1 on the digits test split: native, fp32/fp16/bf16/int8 engines, MXNet's oneDNN INT8."""
     from tests.models.digits import trained_digits_cnn
 
     t = time.perf_counter()
@@ -155,6 +155,11 @@ def bench_accuracy(quick: bool) -> Dict[str, Any]:
     rows.append({"variant": "fp32 engine", "top1": m.top1(fp32), "calib_s": None})
     fp16 = _forward(_engine_bind(m.symbol, args, aux, x.shape, "fp16", engine_rule="always"), x)
     rows.append({"variant": "fp16 engine", "top1": m.top1(fp16), "calib_s": None})
+    bf16, _ = bf16_backend()
+    if bf16 is not None:
+        out = _forward(_engine_bind(m.symbol, args, aux, x.shape, "bf16", engine_rule="always", backend=bf16), x)
+        rows.append({"variant": f"bf16 engine ({bf16})", "top1": m.top1(out), "calib_s": None,
+                     "max_abs_diff_fp32": float(np.abs(out - fp32).max())})
     batches = [m.calib_x[i:i + 50] for i in range(0, len(m.calib_x), 50)]
     with tempfile.TemporaryDirectory(prefix="mx_trt_bench_int8_") as tmp:
         for method in (("entropy",) if quick else ("entropy", "percentile", "minmax")):

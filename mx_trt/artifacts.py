@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt._version import __version__
-from mx_trt.builder.backends import BACKENDS, BuildOptions, select_backend
+from mx_trt.builder.backends import BACKENDS, Backend, BuildOptions, select_backend
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.cache import EngineCache
@@ -111,6 +111,21 @@ def _rewrite_engine_attrs(sym_json: str, mapping: Mapping[str, str]) -> str:
                 raise ExportError(f"fused node {node.get('name')!r} names engine {value!r}, which is not in the export")
             attrs[ENGINE_ATTR] = mapping[value]
     return json.dumps(doc)
+
+
+def _backend(name: str, directory: str) -> Backend:
+    """The backend called ``name``, to build or load an export's engines in ``directory``.
+
+    Raises:
+        BackendUnavailableError: it is unknown to this build or cannot be used here.
+    """
+    cls = BACKENDS.get(name)
+    if cls is None:
+        raise BackendUnavailableError(f"{directory} needs the {name} backend, which this build lacks")
+    reason = cls.unavailable_reason()
+    if reason:
+        raise BackendUnavailableError(f"{directory} needs the {name} backend: {reason}")
+    return cls()
 
 
 def export_model(
@@ -180,8 +195,14 @@ def export_model(
             raise ExportError(f"the engine of {fused.name} was not stored in {cache_dir}: the {backend.name} backend "
                               "cannot serialize it, or writing failed (see the warnings above)")
         mapping[fused.key] = fused.name
+        # The measured rule may keep another backend's engine (OpenVINO beside ONNX Runtime), or fp32 where a
+        # reduced precision lost: each record names what built its engine.
+        decision = info.decisions.get(fused.name)
+        built_by, precision = decision.engine if decision is not None and decision.engine else (
+            info.backend or backend.name, settings.precision)
         records.append({"subgraph": fused.name, "key": found.key, "input_names": list(fused.input_names),
-                        "output_names": list(fused.output_names)})
+                        "output_names": list(fused.output_names), "backend": built_by, "precision": precision,
+                        "backend_version": _backend(built_by, outdir).version()})
     new_args = set(info.symbol.list_arguments()) - set(shapes)
     new_aux = set(info.symbol.list_auxiliary_states())
     saved = {}
@@ -487,17 +508,8 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     ctx = ctx or mx.cpu()
     if ctx.device_type != manifest["device_type"]:
         raise ExportError(f"{directory} holds {manifest['device_type']} engines; it cannot be bound on {ctx}")
-    cls = BACKENDS.get(manifest["backend"])
-    if cls is None:
-        raise BackendUnavailableError(f"{directory} needs the {manifest['backend']} backend, which this build lacks")
-    reason = cls.unavailable_reason()
-    if reason:
-        raise BackendUnavailableError(f"{directory} needs the {manifest['backend']} backend: {reason}")
-    backend = cls()
+    _backend(str(manifest["backend"]), directory)  # the bind's backend: what an engine record without its own names
     device_id = -1 if ctx.device_type == "cpu" else int(ctx.device_id)
-    here = (backend.version(), backend.device_signature(device_id))
-    then = (manifest.get("backend_version"), manifest.get("device"))
-    hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
     cache = EngineCache(os.path.join(directory, manifest.get("engines_dir", ENGINES_DIR)), max_bytes=0,
                         read_only=True)
     fed = _read_engine_weights(os.path.join(directory, manifest.get("engine_weights", ENGINE_WEIGHTS_FILE)))
@@ -509,6 +521,12 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
     mapping: Dict[str, str] = {}
     for rec in manifest["engines"]:
         name = rec["subgraph"]
+        # Exports before per-engine records: every engine is the manifest's backend's, in its precision.
+        backend = _backend(str(rec.get("backend", manifest["backend"])), directory)
+        here = (backend.version(), backend.device_signature(device_id))
+        then = (rec.get("backend_version", manifest.get("backend_version")), manifest.get("device"))
+        hint = "" if here == then else f" (exported with {then[0]} on {then[1]}; this is {here[0]} on {here[1]})"
+        precision = rec.get("precision", manifest.get("precision"))
         try:
             entry = cache.inspect(rec["key"])
         except CacheError as exc:
@@ -524,8 +542,9 @@ def load(directory: str, ctx: Any = None, shapes: Optional[Mapping[str, Tuple[in
         try:
             mine = {k[len(name) + 1:]: v for k, v in fed.items() if k.startswith(name + "/")}
             engine = backend.load(entry.meta["engine"], entry.directory,
-                                  BuildOptions(device_id=device_id, fp16=bool(manifest.get("fp16")),
-                                               bf16=manifest.get("precision") == "bf16", name=name,
+                                  BuildOptions(device_id=device_id, fp16=precision == "fp16" or (
+                                                   precision is None and bool(manifest.get("fp16"))),
+                                               bf16=precision == "bf16", name=name,
                                                extra={**engine_options, "weights": lambda mine=mine: mine}))
         except Exception as exc:  # the backend's own errors, or metadata it cannot read
             raise ExportError(f"{directory}: cannot load the engine of {name} from {entry.directory}: {exc}{hint}") \

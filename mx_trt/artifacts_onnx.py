@@ -469,7 +469,7 @@ def export_onnx(symbol: Any, params: Params, shapes: Mapping[str, Sequence[int]]
         raise ExportError("export_onnx: bf16 is a precision of engines, not of an ONNX file: the backends that compute "
                          "in bfloat16 take the float32 graph and are told so (OpenVINO's INFERENCE_PRECISION_HINT='bf16', "
                          "TensorRT's BF16 flag); write the float32 file and ask its runtime for bf16, or store bf16 "
-                         "engines with mx_trt.export_model(..., precision='bf16')")
+                         "engines with `mxtrt export PREFIX FOLDER --precision bf16` (mx_trt.export_model)")
     backend = target_backend(settings)
     name = os.path.splitext(os.path.basename(path))[0] or "model"
     whole = whole_model(symbol, params, {k: tuple(int(d) for d in v) for k, v in shapes.items()}, settings, backend,

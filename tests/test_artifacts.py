@@ -188,6 +188,7 @@ def _rewrite_manifest(outdir, **changes):
     ("another format", ExportError, "has format 1; this mx_trt reads format 2"),
     ("a symbol outside the folder", ExportError, "'symbol' is '../model-symbol.json'; expected a file name inside"),
     ("an unknown backend", BackendUnavailableError, "needs the tensorrt_9 backend, which this build lacks"),
+    ("an engine of an unknown backend", BackendUnavailableError, "needs the openvino_1 backend, which this build"),
     ("remove the engines", ExportError, "the engine of .* is missing or corrupt"),
 ])
 def test_a_damaged_export_is_refused_naming_what_is_wrong(tmp_path, monkeypatch, damage, error, message):
@@ -210,6 +211,8 @@ def test_a_damaged_export_is_refused_naming_what_is_wrong(tmp_path, monkeypatch,
         _rewrite_manifest(outdir, symbol="../model-symbol.json")
     elif damage == "an unknown backend":
         _rewrite_manifest(outdir, backend="tensorrt_9")
+    elif damage == "an engine of an unknown backend":
+        _rewrite_manifest(outdir, engines=[{**rec, "backend": "openvino_1"} for rec in manifest["engines"]])
     else:
         shutil.rmtree(os.path.join(outdir, "engines"))
     with pytest.raises(error, match=message):

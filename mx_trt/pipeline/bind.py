@@ -247,7 +247,7 @@ def make_info(state: BindState) -> BindState:
     backend = state.request.backend
     info = BindInfo(symbol=new_sym, original=state.request.symbol, plan=plan, engines=[f for _, f in engines.built],
                     absorbed=digests, native_failures=dict(engines.failures),
-                    backend=backend.name if backend is not None else "", builds=engines.builds,
+                    backend=engines.backend or (backend.name if backend is not None else ""), builds=engines.builds,
                     loads=engines.loads, reuses=engines.reuses, decisions=dict(engines.decisions))
     return dataclasses.replace(state, info=info)
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from mx_trt.builder.backends import candidate_backends
+from mx_trt.builder.backends import Backend, candidate_backends
 from mx_trt.builder.engines import EngineProvider, SubgraphJob
 from mx_trt.builder.progress import BuildProgress
 from mx_trt.errors import ConversionError, MxTrtError, ParamMismatchError, ShapeError
@@ -71,6 +71,8 @@ class Engines:
         builds / loads / reuses: Engines built, loaded from the plan cache, reused from this process.
         measured: Whether the measured rule decided.
         measure_s / timed: Seconds the measured rule spent timing, and how many subgraphs it timed.
+        backend: The backend that built the engines under the other rules, when not the bind's own
+            (:func:`_precision_here`: one that builds the precision asked for); empty otherwise.
     """
 
     built: Sequence[Tuple[Subgraph, FusedEngine]]
@@ -82,6 +84,7 @@ class Engines:
     measured: bool = False
     measure_s: float = 0.0
     timed: int = 0
+    backend: str = ""
 
 
 def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], weights: BindWeights,
@@ -100,6 +103,7 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
         MxTrtError: no backend in the request.
     """
     backend, settings, graph = request.backend, request.settings, plan.graph
+    own = backend
     if backend is None:
         raise MxTrtError("a bind request needs a backend")
     absorbed_ids = plan.absorbed_ids()
@@ -107,7 +111,7 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
     subgraphs = plan.partition.subgraphs
     progress = BuildProgress(len(subgraphs))
     if settings.engine_rule != "measured":
-        settings = _precision_here(backend, settings)
+        backend, settings = _precision_here(backend, settings, request, plan)
     provider = EngineProvider(backend, request.device_id, cache, progress.phase, settings.engine_options(),
                               reuse=request.reuse_engines)
     exporter = SubgraphExporter(request.symbol, request.shapes, request.params, graph, weights.arrays, settings.fp16,
@@ -160,7 +164,8 @@ def build_engines(request: BindRequest, plan: Plan, int8: Optional[Int8Setup], w
     progress.done()
     weights.arrays.release()  # engines hold what they need; a later rebuild makes new views
     if rule is None:
-        return Engines(built, failures, decisions, provider.builds, provider.loads, provider.reuses)
+        return Engines(built, failures, decisions, provider.builds, provider.loads, provider.reuses,
+                       backend=backend.name if backend is not own else "")
     builds, loads, reuses = rule.counts()
     return Engines(built, failures, decisions, builds, loads, reuses, measured=True,
                    measure_s=rule.measurer.spent_s, timed=rule.measurer.timed)
@@ -265,14 +270,26 @@ class _MeasuredRule:
         return sum(p.builds for p in ps), sum(p.loads for p in ps), sum(p.reuses for p in ps)
 
 
-def _precision_here(backend: Any, settings: Settings) -> Settings:
-    """``settings``, in fp32 when ``backend`` cannot build their precision here (bf16 on a CPU without
-    bfloat16 arithmetic, or on ONNX Runtime), with a warning saying so."""
+def _precision_here(backend: Backend, settings: Settings, request: BindRequest,
+                    plan: Plan) -> Tuple[Backend, Settings]:
+    """The backend and settings that build the precision asked for, when the bind's backend cannot (bf16 on
+    ONNX Runtime): another backend of the context that can and takes every subgraph, unless one was forced;
+    else ``settings`` in fp32, with a warning. O(subgraph nodes) for the other backend's check."""
     why = backend.precision_reason(settings.precision)
     if why is None:
-        return settings
+        return backend, settings
+    device = request.ctx.device_type if request.ctx is not None else "cpu"
+    try:
+        others = [] if settings.backend else candidate_backends(device)
+    except MxTrtError:
+        others = []
+    for other in others:
+        if other.name != backend.name and other.precision_reason(settings.precision) is None and all(
+                _holds(other, plan.graph, sg.nodes, plan.weights) for sg in plan.partition.subgraphs):
+            logger.info("%s engines: %s, so they are %s's", settings.precision, why, other.name)
+            return other, settings
     logger.warning("%s engines were asked for, but %s: the engines are fp32", settings.precision, why)
-    return dataclasses.replace(settings, fp16=False, int8=False, bf16=False)
+    return backend, dataclasses.replace(settings, fp16=False, int8=False, bf16=False)
 
 
 def _job(sg: Subgraph, graph: Graph, ins: Sequence[Entry], outs: Sequence[Entry], digests: Mapping[str, str],

@@ -370,6 +370,26 @@ def test_bf16_on_a_cpu_without_it_builds_fp32_engines_with_a_warning(monkeypatch
     close(got[0], _native(sym, shapes, args, aux, x)[0])
 
 
+@pytest.mark.skipif(bool(_NO_BF16), reason=f"no bf16 here: {_NO_BF16}")
+def test_bf16_under_the_cost_rule_goes_to_the_backend_that_has_it(monkeypatch, caplog):
+    # optimize_for and binds without a plan cache use the cost rule: ONNX Runtime, the default, has no bf16,
+    # so OpenVINO (which takes every subgraph) builds the engines, with a log line.
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    _env(monkeypatch, MXNET_TENSORRT_PRECISION="bf16", MXNET_TENSORRT_ENGINE_RULE="always")
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    sym, shapes = conv_bn(), {"data": (2, 3, 16, 16)}
+    args, aux = random_params(sym, shapes, 0)
+    x = _data(shapes["data"])
+    with caplog.at_level(logging.INFO, logger="mx_trt"):
+        exe, got = _bind(sym, shapes, args, aux, x)
+    info = mx_trt.bind_info(exe)
+    assert "bf16 engines: onnxruntime engines have no bfloat16 precision, so they are openvino's" in caplog.text
+    assert info.backend == "openvino" and info.kept_engines() == ["openvino"]
+    compiled = info.engines[0].engine.compiled
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'bfloat16'>"
+    close(got[0], _native(sym, shapes, args, aux, x)[0], *OP_TOL["bfloat16"])
+
+
 def test_compile_config_asks_bf16_only_for_a_bf16_engine(monkeypatch):
     monkeypatch.setattr(ov_backend, "_cpu_capabilities", lambda: ["FP32", "BF16", "FP16"])
     assert ov_backend.compile_config(False, 2)["INFERENCE_PRECISION_HINT"] == "f32"
@@ -521,6 +541,33 @@ def test_measured_bf16_slower_than_fp32_falls_back_to_fp32(monkeypatch, tmp_path
     assert decision.engine == ("openvino", "fp32")
     assert str(info.engines[0].engine.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
     close(got, ref)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_export_whose_measured_rule_kept_openvino_loads_it(monkeypatch, tmp_path, precision):
+    # The manifest's backend is the bind's (onnxruntime); each engine record names the backend and precision
+    # that built it, and load uses them (an export of OpenVINO's engine could not be loaded before).
+    from mx_trt.pipeline import measure
+    from mx_trt.settings import Settings
+
+    if precision == "bf16" and _NO_BF16:
+        pytest.skip(f"no bf16 here: {_NO_BF16}")
+    monkeypatch.delenv("MXNET_TENSORRT_BACKEND", raising=False)
+    monkeypatch.setenv("MXNET_TENSORRT_ENGINE_RULE", "measured")
+    monkeypatch.setattr(measure, "default_timer", StubTimer(10.0, [5.0, 3.0, 4.0]))  # openvino's first candidate
+    sym, shapes = conv_bn(), {"data": (2, 3, 64, 64)}
+    args, aux = random_params(sym, shapes, 0)
+    manifest = mx_trt.export_model(sym, mx.cpu(), {**args, **aux}, shapes, str(tmp_path / "out"),
+                                   settings=Settings.from_env().with_options({"precision": precision}))
+    (rec,) = manifest["engines"]
+    assert manifest["backend"] == "onnxruntime" and (rec["backend"], rec["precision"]) == ("openvino", precision)
+    engines.clear_pool()
+    exe = mx_trt.load(str(tmp_path / "out"))
+    x = _data(shapes["data"])
+    exe.forward(is_train=False, data=mx.nd.array(x))
+    assert isinstance(exe._mx_trt_loaded.engines[0].engine, ov_backend.OpenVinoEngine)
+    close(exe.outputs[0].asnumpy(), _native(sym, shapes, args, aux, x)[0],
+          *OP_TOL["float32" if precision == "fp32" else "bfloat16"])
 
 
 def test_without_the_measured_rule_onnxruntime_stays_the_default(monkeypatch):

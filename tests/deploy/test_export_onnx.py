@@ -111,6 +111,14 @@ def test_fp16_variant(mobilenet, tmp_path):
         assert not np.array_equal(got[name], w)
 
 
+def test_bf16_is_refused_naming_what_to_do_instead(mobilenet, tmp_path):
+    sym, params = mobilenet
+    path = tmp_path / "bf16.onnx"
+    with pytest.raises(ExportError, match="bf16 is a precision of engines, not of an ONNX file.*--precision bf16"):
+        mx_trt.export_onnx(sym, params, {"data": (1, 3, 32, 32)}, str(path), precision="bf16")
+    assert not path.exists()
+
+
 def test_int8_variant_with_a_table_from_calibrate(tmp_path):
     sym = _cnn()
     params = _params(sym, {"data": (4, 3, 16, 16)})

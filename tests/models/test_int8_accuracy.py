@@ -7,6 +7,8 @@
 
   - fp32 engine: equal to native MXNet's output (``rtol=1e-4, atol=1e-5``), so the same top-1;
   - fp16 engine: ``rtol=1e-2, atol=1e-2`` of native, top-1 within 0.5 point;
+  - bf16 engine (OpenVINO, where the CPU has bfloat16 arithmetic): ``rtol=3e-2`` and ``atol``
+    2% of the largest logit, top-1 within 0.5 point, and not float32's numbers;
   - int8 engine: top-1 at most :data:`MAX_INT8_DROP` (1 point) below fp32, for each
     calibration method; and its logits differ from fp32 by more than fp32 rounding
     (the engine really ran in int8).
@@ -36,6 +38,7 @@ import numpy as np
 import pytest
 
 import mx_trt
+from mx_trt.builder.backends.openvino import OpenVinoBackend
 from mx_trt.frontends import hook
 from tests.models.digits import trained_digits_cnn
 from tests.models.normalized import centered_cosine, normalized_zoo_model, smooth_images
@@ -72,10 +75,11 @@ def _native(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], x: np.ndarray) 
 
 
 def _accelerated(sym: Any, args: Dict[str, Any], aux: Dict[str, Any], x: np.ndarray, precision: str,
-                 table: str = "") -> Tuple[np.ndarray, Any]:
+                 table: str = "", backend: Optional[str] = None) -> Tuple[np.ndarray, Any]:
     """The output with the pass at ``precision`` (environment settings, every subgraph an engine, no plan cache)."""
     env = {"MXNET_TENSORRT_PRECISION": precision, "MXNET_TENSORRT_CALIBRATION": table or None,
-           "MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_USE_FP16": None}
+           "MXNET_TENSORRT_ENGINE_RULE": "always", "MXNET_TENSORRT_CACHE_DIR": "", "MXNET_TENSORRT_USE_FP16": None,
+           "MXNET_TENSORRT_BACKEND": backend}
     with _environment(env):
         exe = mx_trt.tensorrt_bind(sym, mx.cpu(), {**args, **aux}, data=x.shape)
     info = mx_trt.bind_info(exe)
@@ -120,6 +124,22 @@ def test_fp16_engine_top1(digits, native):
     np.testing.assert_allclose(out, native, rtol=rtol, atol=atol)
     assert abs(digits.top1(out) - digits.top1(native)) <= 0.005
     print(f"\ndigits top-1: fp16 engine {digits.top1(out):.4f} (native {digits.top1(native):.4f})")
+
+
+_NO_BF16 = OpenVinoBackend.unavailable_reason() or OpenVinoBackend().precision_reason("bf16")
+
+
+@pytest.mark.skipif(bool(_NO_BF16), reason=f"no bf16 engines here: {_NO_BF16}")
+def test_bf16_engine_top1(digits, native):
+    out, info = _accelerated(digits.symbol, digits.arg_params, digits.aux_params, digits.test_x, "bf16",
+                             backend="openvino")
+    assert all(str(f.engine.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'bfloat16'>"
+               for f in info.engines)
+    rtol, atol = OP_TOL["bfloat16"]
+    np.testing.assert_allclose(out, native, rtol=rtol, atol=atol * max(1.0, float(np.abs(native).max())))
+    assert np.abs(out - native).max() > 1e-4 * np.abs(native).max()  # bfloat16 numbers, not float32 ones
+    assert abs(digits.top1(out) - digits.top1(native)) <= 0.005
+    print(f"\ndigits top-1: bf16 engine {digits.top1(out):.4f} (native {digits.top1(native):.4f})")
 
 
 @pytest.mark.parametrize("method", ["entropy", "percentile", "minmax"])

@@ -11,7 +11,7 @@ Two parts, everything in this process and side by side:
 * **speed**: model-zoo networks (``tests/models/normalized.py``: random weights,
   BatchNorm statistics of image-like inputs, so that int8 meets realistic ranges),
   at batch 1 and 8: the fp32 engine, the int8 engine, native MXNet fp32 and MXNet's
-  oneDNN INT8, and where a backend computes in bfloat16 here (:func:`bf16_reason`) the
+  oneDNN INT8, and where a backend computes in bfloat16 here (:func:`bf16_backend`) the
   bf16 engine and MXNet's own bf16 (``mx.contrib.amp.convert_symbol(..., target_dtype="bfloat16")``), timed in alternating rounds whose order rotates, with a pause after
   each MXNet variant so that its spinning OpenMP threads have stopped before the
   next one is timed (median ms and the ratios), plus the
@@ -90,12 +90,6 @@ def bf16_backend() -> Tuple[Optional[str], str]:
             return b.name, "; ".join(reasons)
         reasons.append(why)
     return None, "; ".join(reasons)
-
-
-def bf16_reason() -> Optional[str]:
-    """``None`` when some CPU backend builds bf16 engines here, else why none does."""
-    name, why = bf16_backend()
-    return None if name else why
 
 
 def mxnet_bf16(sym: Any) -> Any:

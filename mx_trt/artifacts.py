@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mx_trt._version import __version__
-from mx_trt.builder.backends import BACKENDS, Backend, BuildOptions, select_backend
+from mx_trt.builder.backends import Backend, BuildOptions, named_backend, select_backend
 from mx_trt.pipeline.bind import bind
 from mx_trt.pipeline.request import BindRequest
 from mx_trt.cache import EngineCache
@@ -119,13 +119,8 @@ def _backend(name: str, directory: str) -> Backend:
     Raises:
         BackendUnavailableError: it is unknown to this build or cannot be used here.
     """
-    cls = BACKENDS.get(name)
-    if cls is None:
-        raise BackendUnavailableError(f"{directory} needs the {name} backend, which this build lacks")
-    reason = cls.unavailable_reason()
-    if reason:
-        raise BackendUnavailableError(f"{directory} needs the {name} backend: {reason}")
-    return cls()
+    return named_backend(name, f"{directory} needs the {name} backend, which this build lacks",
+                         f"{directory} needs the {name} backend")
 
 
 def export_model(

@@ -34,7 +34,7 @@ BACKENDS: Dict[str, Type[Backend]] = {
 }
 
 __all__ = ["Backend", "Buffer", "BuildOptions", "Engine", "TensorSpec", "BACKENDS", "candidate_backends",
-           "select_backend"]
+           "named_backend", "select_backend"]
 
 #: Backends for each device type, in order of preference: the first available is the
 #: default (:func:`select_backend`), and the measured engine rule times every available one.
@@ -68,6 +68,22 @@ def candidate_backends(device_type: str, forced: Optional[str] = None) -> List[B
     return out
 
 
+def named_backend(name: str, unknown: str, unusable: str) -> Backend:
+    """The backend registered as ``name``, usable here.
+
+    Raises:
+        BackendUnavailableError: ``unknown`` when no backend has that name; ``unusable: <why>``
+            when it cannot be used here (its :meth:`~Backend.unavailable_reason`).
+    """
+    cls = BACKENDS.get(name)
+    if cls is None:
+        raise BackendUnavailableError(unknown)
+    reason = cls.unavailable_reason()
+    if reason:
+        raise BackendUnavailableError(f"{unusable}: {reason}")
+    return cls()
+
+
 def select_backend(device_type: str, forced: Optional[str] = None) -> Backend:
     """The backend for a context.
 
@@ -80,13 +96,8 @@ def select_backend(device_type: str, forced: Optional[str] = None) -> Backend:
             no backend can serve ``device_type``.
     """
     if forced:
-        cls = BACKENDS.get(forced)
-        if cls is None:
-            raise BackendUnavailableError(f"MXNET_TENSORRT_BACKEND={forced!r} is not one of {sorted(BACKENDS)}")
-        reason = cls.unavailable_reason()
-        if reason:
-            raise BackendUnavailableError(f"MXNET_TENSORRT_BACKEND={forced!r} cannot be used: {reason}")
-        return cls()
+        return named_backend(forced, f"MXNET_TENSORRT_BACKEND={forced!r} is not one of {sorted(BACKENDS)}",
+                             f"MXNET_TENSORRT_BACKEND={forced!r} cannot be used")
     order = [n for n in PREFERENCE.get(device_type, []) if n in BACKENDS]
     reasons = []
     for name in order:
